@@ -1,0 +1,68 @@
+"""Names, labels and annotations shared by the planner, the executor, the runtime and the CLI."""
+
+from __future__ import annotations
+
+# Labels, as the reference operator sets them (Kueue and users select on these).
+LABEL_OPERATOR_NAME = "training.kubeflow.org/operator-name"
+OPERATOR_NAME = "mpi-operator"
+LABEL_JOB_NAME = "training.kubeflow.org/job-name"
+LABEL_JOB_ROLE = "training.kubeflow.org/job-role"
+LABEL_REPLICA_INDEX = "training.kubeflow.org/replica-index"
+ROLE_LAUNCHER = "launcher"
+ROLE_WORKER = "worker"
+
+# Set on a worker when it leaves discovery; its value is when (RFC 3339). The pod is deleted once
+# elasticPolicy.scaleInGracePeriodSeconds have passed. Being in the API, the decision survives restarts.
+ANNOTATION_LEAVING_SINCE = "mpijob.kubeflow.org/leaving-since"
+# Why the worker is leaving (workersToDelete, scale-down, node-termination, ...), for humans.
+ANNOTATION_LEAVING_REASON = "mpijob.kubeflow.org/leaving-reason"
+ANNOTATION_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+
+CONFIG_MOUNT_PATH = "/etc/mpi"
+HOSTFILE_KEY = "hostfile"
+DISCOVER_HOSTS_KEY = "discover_hosts.sh"
+
+# Taints that clouds and their termination handlers put on a node that is about to go away.
+DEFAULT_TERMINATION_TAINTS: tuple[str, ...] = (
+    "aws-node-termination-handler/spot-itn",
+    "aws-node-termination-handler/asg-lifecycle-termination",
+    "aws-node-termination-handler/scheduled-maintenance",
+    "karpenter.sh/disrupted",
+    "cloud.google.com/impending-node-termination",
+    "remediator.kubernetes.azure.com/unschedulable",
+    "node.kubernetes.io/out-of-service",
+)
+
+FIELD_MANAGER = "mpijob-operator"
+EVENT_SOURCE = "mpijob-operator"
+
+
+def launcher_name(job: str) -> str:
+    return f"{job}-launcher"
+
+
+def worker_name(job: str, index: int) -> str:
+    return f"{job}-worker-{index}"
+
+
+def config_map_name(job: str) -> str:
+    return f"{job}-config"
+
+
+def secret_name(job: str) -> str:
+    return f"{job}-ssh"
+
+
+def pdb_name(job: str) -> str:
+    return f"{job}-workers"
+
+
+def worker_index(job: str, pod_name: str) -> int | None:
+    """Index of a worker from its name (the name is stable; labels can be edited or missing)."""
+    prefix = f"{job}-worker-"
+    if not pod_name.startswith(prefix):
+        return None
+    rest = pod_name[len(prefix) :]
+    if not rest.isdigit() or (len(rest) > 1 and rest[0] == "0"):
+        return None
+    return int(rest)

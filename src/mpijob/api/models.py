@@ -1,0 +1,209 @@
+"""Pydantic models of the MPIJob API (kubeflow.org/v2beta1), plus our `elasticPolicy`.
+
+These models are the single source of the CRD schema (see `crd.py`) and are how the planner reads a job.
+Field names and defaults follow the reference operator so existing manifests apply unchanged. Pod
+templates stay plain dicts: the planner copies them into children, it never interprets most of them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GROUP = "kubeflow.org"
+VERSION = "v2beta1"
+KIND = "MPIJob"
+PLURAL = "mpijobs"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# managedBy value meaning "this operator"; anything else (e.g. Kueue's MultiKueue) makes us leave the job alone.
+MANAGED_BY_US = "kubeflow.org/mpi-operator"
+
+
+class _Model(BaseModel):
+    # Unknown fields are kept (the API server already pruned what the schema does not allow), and
+    # fields are read and written by their Kubernetes (camelCase) names.
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class MPIImplementation(StrEnum):
+    OPENMPI = "OpenMPI"
+    INTEL = "Intel"
+    MPICH = "MPICH"
+
+
+class LauncherCreationPolicy(StrEnum):
+    AT_STARTUP = "AtStartup"
+    WAIT_FOR_WORKERS_READY = "WaitForWorkersReady"
+
+
+class CleanPodPolicy(StrEnum):
+    NONE = "None"
+    RUNNING = "Running"
+    ALL = "All"
+
+
+class RestartPolicy(StrEnum):
+    NEVER = "Never"
+    ON_FAILURE = "OnFailure"
+
+
+class NodeTerminationPolicy(StrEnum):
+    SCALE_IN = "ScaleIn"
+    REPLACE = "Replace"
+    IGNORE = "Ignore"
+
+
+class IndexPolicy(StrEnum):
+    FILL_GAPS = "FillGaps"
+    APPEND = "Append"
+
+
+class ReplicaType(StrEnum):
+    LAUNCHER = "Launcher"
+    WORKER = "Worker"
+
+
+class SchedulingPolicy(_Model):
+    min_available: int | None = Field(default=None, alias="minAvailable", ge=0)
+    queue: str | None = None
+    min_resources: dict[str, Any] | None = Field(default=None, alias="minResources")
+    priority_class: str | None = Field(default=None, alias="priorityClass")
+    schedule_timeout_seconds: int | None = Field(default=None, alias="scheduleTimeoutSeconds", ge=0)
+
+
+class RunPolicy(_Model):
+    clean_pod_policy: CleanPodPolicy | None = Field(
+        default=None,
+        alias="cleanPodPolicy",
+        description="Which worker pods to delete when the job finishes: Running (running and pending), "
+        "All, or None (the reference's effective default).",
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        alias="ttlSecondsAfterFinished",
+        ge=0,
+        description="Delete the MPIJob (and so its children) this long after it finished.",
+    )
+    active_deadline_seconds: int | None = Field(default=None, alias="activeDeadlineSeconds", ge=0)
+    backoff_limit: int | None = Field(default=None, alias="backoffLimit", ge=0)
+    scheduling_policy: SchedulingPolicy | None = Field(default=None, alias="schedulingPolicy")
+    suspend: bool = Field(default=False, description="Suspend the job: workers deleted, launcher suspended.")
+    managed_by: str | None = Field(
+        default=None,
+        alias="managedBy",
+        description="Controller that reconciles this job; jobs managed by another controller are left "
+        "alone. Immutable.",
+        json_schema_extra={"x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "is immutable"}]},
+    )
+
+
+class ReplicaSpec(_Model):
+    replicas: int | None = Field(default=None, ge=0)
+    template: dict[str, Any] = Field(default_factory=dict)
+    restart_policy: RestartPolicy | None = Field(default=None, alias="restartPolicy")
+
+
+class ElasticPolicy(_Model):
+    """Makes the job elastic: targeted scale-in, node-termination reaction and graceful discovery."""
+
+    min_replicas: int = Field(default=1, alias="minReplicas", ge=1, description="Floor for Worker replicas.")
+    max_replicas: int | None = Field(
+        default=None, alias="maxReplicas", ge=1, description="Ceiling for Worker replicas (>= minReplicas)."
+    )
+    workers_to_delete: list[str] = Field(
+        default_factory=list,
+        alias="workersToDelete",
+        max_length=1024,
+        description="Worker pod names to remove. Lower Worker replicas by as many to shrink; keep it to "
+        "drain and replace. Names are removed by the operator once the worker is gone.",
+    )
+    node_termination_policy: NodeTerminationPolicy = Field(
+        default=NodeTerminationPolicy.SCALE_IN,
+        alias="nodeTerminationPolicy",
+        description="What to do with workers on a node that is going away: ScaleIn (remove them and lower "
+        "replicas, never below minReplicas), Replace (remove and recreate elsewhere), Ignore.",
+    )
+    scale_in_grace_period_seconds: int = Field(
+        default=30,
+        alias="scaleInGracePeriodSeconds",
+        ge=0,
+        le=3600,
+        description="Time between a worker leaving discover_hosts.sh and its pod being deleted.",
+    )
+    index_policy: IndexPolicy = Field(
+        default=IndexPolicy.FILL_GAPS,
+        alias="indexPolicy",
+        description="Index of a new worker: FillGaps (lowest free) or Append (above the highest ever used).",
+    )
+
+
+class MPIJobSpec(_Model):
+    slots_per_worker: int = Field(default=1, alias="slotsPerWorker", ge=0)
+    run_launcher_as_worker: bool = Field(default=False, alias="runLauncherAsWorker")
+    run_policy: RunPolicy = Field(default_factory=RunPolicy, alias="runPolicy")
+    mpi_replica_specs: dict[ReplicaType, ReplicaSpec] = Field(alias="mpiReplicaSpecs")
+    ssh_auth_mount_path: str = Field(default="/root/.ssh", alias="sshAuthMountPath", min_length=1)
+    launcher_creation_policy: LauncherCreationPolicy = Field(
+        default=LauncherCreationPolicy.AT_STARTUP, alias="launcherCreationPolicy"
+    )
+    mpi_implementation: MPIImplementation = Field(default=MPIImplementation.OPENMPI, alias="mpiImplementation")
+    elastic_policy: ElasticPolicy | None = Field(default=None, alias="elasticPolicy")
+
+    @property
+    def launcher(self) -> ReplicaSpec:
+        return self.mpi_replica_specs.get(ReplicaType.LAUNCHER) or ReplicaSpec()
+
+    @property
+    def worker(self) -> ReplicaSpec | None:
+        return self.mpi_replica_specs.get(ReplicaType.WORKER)
+
+    @property
+    def worker_replicas(self) -> int:
+        worker = self.worker
+        return (worker.replicas or 0) if worker is not None else 0
+
+
+class JobCondition(_Model):
+    type: str
+    status: str
+    reason: str | None = None
+    message: str | None = None
+    last_update_time: str | None = Field(default=None, alias="lastUpdateTime")
+    last_transition_time: str | None = Field(default=None, alias="lastTransitionTime")
+
+
+class ReplicaStatus(_Model):
+    active: int | None = None
+    succeeded: int | None = None
+    failed: int | None = None
+    ready: int | None = Field(default=None, description="Workers whose pod is Ready (not in the reference).")
+    label_selector: dict[str, Any] | None = Field(default=None, alias="labelSelector")
+    selector: str | None = None
+
+
+class JobStatus(_Model):
+    conditions: list[JobCondition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    replica_statuses: dict[str, ReplicaStatus] = Field(default_factory=dict, alias="replicaStatuses")
+    start_time: str | None = Field(default=None, alias="startTime")
+    completion_time: str | None = Field(default=None, alias="completionTime")
+    last_reconcile_time: str | None = Field(default=None, alias="lastReconcileTime")
+    state: str | None = Field(default=None, description="Latest true condition type, for kubectl get.")
+    leaving_workers: list[str] = Field(
+        default_factory=list,
+        alias="leavingWorkers",
+        description="Workers removed from discovery and waiting for their pods to be deleted.",
+    )
+    last_worker_index: int | None = Field(
+        default=None,
+        alias="lastWorkerIndex",
+        description="Highest worker index ever created; indexPolicy Append allocates above it.",
+    )
+    discovered_hosts: list[str] = Field(
+        default_factory=list, alias="discoveredHosts", description="Workers currently in discover_hosts.sh."
+    )

@@ -1,0 +1,56 @@
+"""What the planner asks the executor to do. Plain data; the executor applies them in order and stops at
+the first failure, so the planner orders them to be safe at every prefix (record first, then act)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Create:
+    obj: Obj
+    # A Secret whose SSH key pair the executor generates (key generation is I/O-free but random, and the
+    # planner stays deterministic).
+    generate_ssh_keys: bool = False
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A JSON merge patch. With resource_version set, the write fails on a concurrent change (409)."""
+
+    api_version: str
+    kind: str
+    name: str
+    patch: Obj
+    resource_version: str | None = None
+    subresource: str | None = None
+
+
+@dataclass(frozen=True)
+class Delete:
+    api_version: str
+    kind: str
+    name: str
+    # Precondition: only delete this very object (never a newer one with the same name).
+    uid: str | None = None
+    propagation: str | None = None
+
+
+@dataclass(frozen=True)
+class Emit:
+    """A Kubernetes Event on the MPIJob."""
+
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RequeueAfter:
+    seconds: float
+
+
+Action = Create | Patch | Delete | Emit | RequeueAfter

@@ -1,0 +1,239 @@
+"""The objects an MPIJob owns, built from its spec, as the reference operator builds them."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from mpijob.api import constants as c
+from mpijob.api.models import API_VERSION, KIND, MPIImplementation, MPIJobSpec, RestartPolicy
+from mpijob.planner.hostfile import host_fqdn
+from mpijob.planner.snapshot import Obj, meta, name_of, uid_of
+
+
+def owner_reference(job: Obj) -> Obj:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": name_of(job),
+        "uid": uid_of(job),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def default_labels(job_name: str, role: str | None = None) -> dict[str, str]:
+    labels = {c.LABEL_OPERATOR_NAME: c.OPERATOR_NAME, c.LABEL_JOB_NAME: job_name}
+    if role:
+        labels[c.LABEL_JOB_ROLE] = role
+    return labels
+
+
+def worker_selector(job_name: str) -> str:
+    return f"{c.LABEL_JOB_NAME}={job_name},{c.LABEL_JOB_ROLE}={c.ROLE_WORKER}"
+
+
+def _metadata(job: Obj, name: str, labels: dict[str, str]) -> Obj:
+    return {
+        "name": name,
+        "namespace": meta(job).get("namespace"),
+        "labels": labels,
+        "ownerReferences": [owner_reference(job)],
+    }
+
+
+def service(job: Obj, spec: MPIJobSpec) -> Obj:
+    name = name_of(job)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(job, name, default_labels(name)),
+        "spec": {
+            "clusterIP": "None",
+            "selector": default_labels(name),
+            "publishNotReadyAddresses": spec.run_launcher_as_worker,
+        },
+    }
+
+
+def config_map(job: Obj, data: dict[str, str]) -> Obj:
+    name = name_of(job)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(job, c.config_map_name(name), default_labels(name)),
+        "data": data,
+    }
+
+
+def ssh_secret(job: Obj) -> Obj:
+    """The Secret without its data: the executor generates a fresh key pair per job."""
+    name = name_of(job)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/ssh-auth",
+        "metadata": _metadata(job, c.secret_name(name), default_labels(name)),
+    }
+
+
+def pdb(job: Obj, min_available: int) -> Obj:
+    name = name_of(job)
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(job, c.pdb_name(name), default_labels(name)),
+        "spec": {
+            "minAvailable": min_available,
+            "selector": {"matchLabels": default_labels(name, c.ROLE_WORKER)},
+        },
+    }
+
+
+def _ssh_volume(job_name: str, mount_path: str) -> tuple[Obj, Obj]:
+    mode = 0o600 if mount_path == "/root/.ssh" else 0o644
+    volume = {
+        "name": "ssh-auth",
+        "secret": {
+            "secretName": c.secret_name(job_name),
+            "defaultMode": mode,
+            "items": [
+                {"key": "ssh-privatekey", "path": "id_rsa"},
+                {"key": "ssh-publickey", "path": "id_rsa.pub"},
+                {"key": "ssh-publickey", "path": "authorized_keys"},
+            ],
+        },
+    }
+    return volume, {"name": "ssh-auth", "mountPath": mount_path}
+
+
+def _implementation_env(spec: MPIJobSpec) -> list[Obj]:
+    hostfile = f"{c.CONFIG_MOUNT_PATH}/{c.HOSTFILE_KEY}"
+    ssh_args = "-o ConnectionAttempts=10"
+    impl = spec.mpi_implementation
+    if impl is MPIImplementation.OPENMPI:
+        pairs = [
+            ("OMPI_MCA_orte_keep_fqdn_hostnames", "true"),
+            ("OMPI_MCA_orte_default_hostfile", hostfile),
+            ("OMPI_MCA_plm_rsh_args", ssh_args),
+            ("OMPI_MCA_orte_set_default_slots", str(spec.slots_per_worker)),
+        ]
+    elif impl is MPIImplementation.INTEL:
+        pairs = [
+            ("I_MPI_HYDRA_HOST_FILE", hostfile),
+            ("I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS", ssh_args),
+            ("I_MPI_PERHOST", str(spec.slots_per_worker)),
+        ]
+    else:
+        pairs = [("HYDRA_HOST_FILE", hostfile), ("HYDRA_LAUNCH_EXTRA_ARGS", ssh_args)]
+    if not spec.run_launcher_as_worker:
+        # The launcher only starts processes elsewhere; it must not grab GPUs.
+        pairs += [("NVIDIA_VISIBLE_DEVICES", ""), ("NVIDIA_DRIVER_CAPABILITIES", "")]
+    return [{"name": k, "value": v} for k, v in pairs]
+
+
+def _add_env(container: Obj, env: list[Obj]) -> None:
+    existing = {e.get("name") for e in container.get("env") or []}
+    container["env"] = list(container.get("env") or []) + [e for e in env if e["name"] not in existing]
+
+
+def _template_parts(template: dict[str, Any]) -> tuple[Obj, Obj]:
+    template = copy.deepcopy(template)
+    return template.get("metadata") or {}, template.get("spec") or {}
+
+
+def launcher_job(job: Obj, spec: MPIJobSpec) -> Obj:
+    name = name_of(job)
+    run_policy = spec.run_policy
+    tmeta, pod_spec = _template_parts(spec.launcher.template)
+    labels = {**(tmeta.get("labels") or {}), **default_labels(name, c.ROLE_LAUNCHER)}
+    if spec.run_launcher_as_worker:
+        labels[c.LABEL_REPLICA_INDEX] = "0"
+    pod_spec["hostname"] = c.launcher_name(name)
+    pod_spec["subdomain"] = name
+    pod_spec["restartPolicy"] = (spec.launcher.restart_policy or RestartPolicy.ON_FAILURE).value
+    ssh_volume, ssh_mount = _ssh_volume(name, spec.ssh_auth_mount_path)
+    config_volume = {
+        "name": "mpi-job-config",
+        "configMap": {
+            "name": c.config_map_name(name),
+            "items": [
+                {"key": c.HOSTFILE_KEY, "path": c.HOSTFILE_KEY, "mode": 0o444},
+                {"key": c.DISCOVER_HOSTS_KEY, "path": c.DISCOVER_HOSTS_KEY, "mode": 0o555},
+            ],
+        },
+    }
+    pod_spec["volumes"] = list(pod_spec.get("volumes") or []) + [ssh_volume, config_volume]
+    env = [{"name": "K_MPI_JOB_ROLE", "value": c.ROLE_LAUNCHER}, *_implementation_env(spec)]
+    for container in pod_spec.get("containers") or []:
+        _add_env(container, env)
+        container["volumeMounts"] = list(container.get("volumeMounts") or []) + [
+            ssh_mount,
+            {"name": "mpi-job-config", "mountPath": c.CONFIG_MOUNT_PATH},
+        ]
+    job_spec: Obj = {
+        "template": {"metadata": {**tmeta, "labels": labels}, "spec": pod_spec},
+        "podReplacementPolicy": "Failed",
+        "suspend": bool(run_policy.suspend),
+    }
+    if run_policy.backoff_limit is not None:
+        job_spec["backoffLimit"] = run_policy.backoff_limit
+    if run_policy.active_deadline_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = run_policy.active_deadline_seconds
+    if run_policy.ttl_seconds_after_finished is not None:
+        job_spec["ttlSecondsAfterFinished"] = run_policy.ttl_seconds_after_finished
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(job, c.launcher_name(name), default_labels(name, c.ROLE_LAUNCHER)),
+        "spec": job_spec,
+    }
+
+
+def launcher_scheduling_directives(spec: MPIJobSpec) -> Obj:
+    """The parts of the launcher template Kueue may change while a job is suspended."""
+    tmeta, pod_spec = _template_parts(spec.launcher.template)
+    return {
+        "labels": tmeta.get("labels") or {},
+        "annotations": tmeta.get("annotations") or {},
+        "nodeSelector": pod_spec.get("nodeSelector"),
+        "tolerations": pod_spec.get("tolerations"),
+        "schedulingGates": pod_spec.get("schedulingGates"),
+    }
+
+
+def worker_pod(job: Obj, spec: MPIJobSpec, index: int, cluster_domain: str) -> Obj:
+    name = name_of(job)
+    namespace = str(meta(job).get("namespace"))
+    pod_name = c.worker_name(name, index)
+    worker_spec = spec.worker
+    tmeta, pod_spec = _template_parts(worker_spec.template if worker_spec else {})
+    labels = {**(tmeta.get("labels") or {}), **default_labels(name, c.ROLE_WORKER)}
+    # The reference numbers the launcher 0 when it runs as a worker, so worker i carries label i+1.
+    labels[c.LABEL_REPLICA_INDEX] = str(index + 1 if spec.run_launcher_as_worker else index)
+    pod_spec["hostname"] = pod_name
+    pod_spec["subdomain"] = name
+    restart = worker_spec.restart_policy if worker_spec and worker_spec.restart_policy else RestartPolicy.NEVER
+    pod_spec["restartPolicy"] = restart.value
+    search = f"{name}.{namespace}.svc.{cluster_domain or 'cluster.local'}"
+    dns = dict(pod_spec.get("dnsConfig") or {})
+    dns["searches"] = [*(dns.get("searches") or []), search]
+    pod_spec["dnsConfig"] = dns
+    if pod_spec.get("hostNetwork"):
+        pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    ssh_volume, ssh_mount = _ssh_volume(name, spec.ssh_auth_mount_path)
+    pod_spec["volumes"] = list(pod_spec.get("volumes") or []) + [ssh_volume]
+    containers = pod_spec.get("containers") or []
+    if containers and not containers[0].get("command") and not containers[0].get("args"):
+        containers[0]["command"] = ["/usr/sbin/sshd", "-De"]
+    for container in containers:
+        _add_env(container, [{"name": "K_MPI_JOB_ROLE", "value": c.ROLE_WORKER}])
+        container["volumeMounts"] = list(container.get("volumeMounts") or []) + [ssh_mount]
+    metadata = _metadata(job, pod_name, labels)
+    if tmeta.get("annotations"):
+        metadata["annotations"] = dict(tmeta["annotations"])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def worker_host(job: Obj, pod_name: str, cluster_domain: str) -> str:
+    return host_fqdn(pod_name, name_of(job), str(meta(job).get("namespace")), cluster_domain)

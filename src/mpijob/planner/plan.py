@@ -1,0 +1,546 @@
+"""plan(snapshot) -> actions: every decision of the operator, with no I/O.
+
+Actions come out in a safe order: decisions are recorded in the API before they are acted on (spec patch,
+then leaving annotations, then the ConfigMap that takes workers out of discovery, then deletions), so a
+crash at any point leaves a state from which the next reconcile continues the same way.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from pydantic import ValidationError
+
+from mpijob.api import constants as c
+from mpijob.api.models import API_VERSION, MANAGED_BY_US, CleanPodPolicy, LauncherCreationPolicy, MPIJobSpec
+from mpijob.planner import children
+from mpijob.planner import status as st
+from mpijob.planner.actions import Action, Create, Delete, Emit, Patch, RequeueAfter
+from mpijob.planner.hostfile import discover_hosts_script, hostfile
+from mpijob.planner.snapshot import (
+    Obj,
+    Snapshot,
+    condition,
+    condition_true,
+    format_time,
+    is_owned_by,
+    is_terminating,
+    meta,
+    name_of,
+    parse_time,
+    pod_phase,
+    pod_ready,
+    uid_of,
+)
+from mpijob.planner.workers import FINISHED_PHASES, WorkerPlan, plan_workers, workers_of
+
+
+def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
+    """Parses the spec and checks what the schema cannot (or what an older CRD may have let through)."""
+    try:
+        spec = MPIJobSpec.model_validate(job.get("spec") or {})
+    except ValidationError as err:
+        errors = []
+        for e in err.errors():
+            field = ".".join(str(p) for p in e["loc"])
+            errors.append(f"spec.{field}: {e['msg']}")
+        return None, errors
+    errors = []
+    launcher = spec.mpi_replica_specs.get("Launcher")  # type: ignore[call-overload]
+    if launcher is None:
+        errors.append("spec.mpiReplicaSpecs.Launcher: is required")
+    elif launcher.replicas not in (None, 1):
+        errors.append("spec.mpiReplicaSpecs.Launcher.replicas: must be 1")
+    for kind, rspec in spec.mpi_replica_specs.items():
+        if not (rspec.template.get("spec") or {}).get("containers"):
+            errors.append(f"spec.mpiReplicaSpecs.{kind}.template.spec.containers: at least one container")
+    ep = spec.elastic_policy
+    if ep is not None:
+        if ep.max_replicas is not None and ep.max_replicas < ep.min_replicas:
+            errors.append("spec.elasticPolicy.maxReplicas: must be >= minReplicas")
+        replicas = spec.worker_replicas
+        if replicas < ep.min_replicas or (ep.max_replicas is not None and replicas > ep.max_replicas):
+            errors.append("spec.mpiReplicaSpecs.Worker.replicas: must lie in [minReplicas, maxReplicas]")
+    elif spec.worker is not None and spec.worker_replicas < 1:
+        errors.append("spec.mpiReplicaSpecs.Worker.replicas: must be greater than or equal to 1")
+    name = name_of(job)
+    if len(c.worker_name(name, max(spec.worker_replicas - 1, 0))) > 63:
+        errors.append("metadata.name: too long; worker pod names must be DNS labels (<= 63 characters)")
+    return spec, errors
+
+
+class _Planner:
+    def __init__(self, snapshot: Snapshot, spec: MPIJobSpec) -> None:
+        self.s = snapshot
+        self.spec = spec
+        self.job = snapshot.job
+        self.name = name_of(snapshot.job)
+        self.now = format_time(snapshot.now)
+        self.old_status: dict[str, Any] = copy.deepcopy(snapshot.job.get("status") or {})
+        self.status: dict[str, Any] = copy.deepcopy(self.old_status)
+        self.actions: list[Action] = []
+        self.wake: list[float] = []
+        self.conflicts: list[str] = []
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def emit(self, type_: str, reason: str, message: str) -> None:
+        self.actions.append(Emit(type_, reason, message))
+
+    def condition(self, kind: str, value: bool, reason: str, message: str, event: str | None = "Normal") -> None:
+        flipped = st.set_condition(self.status, kind, value, reason, message, self.now)
+        if flipped and value and event:
+            self.emit(event, reason, message)
+
+    def create(self, obj: Obj, *, ssh: bool = False) -> None:
+        self.actions.append(Create(obj, generate_ssh_keys=ssh))
+        kind = obj["kind"]
+        self.emit("Normal", f"SuccessfulCreate{kind}", f"Created {kind} {obj['metadata']['name']}")
+
+    def delete_pod(self, pod: Obj, why: str) -> None:
+        self.actions.append(Delete("v1", "Pod", name_of(pod), uid=uid_of(pod)))
+        self.emit("Normal", "SuccessfulDeletePod", f"Deleted pod {name_of(pod)}: {why}")
+
+    def owned_or_conflict(self, obj: Obj | None, kind: str, name: str) -> bool | None:
+        """True: ours; None: absent; False: someone else's (recorded as a conflict, never touched)."""
+        if obj is None:
+            return None
+        if is_owned_by(obj, self.job):
+            return True
+        self.conflicts.append(f"{kind} {name}")
+        return False
+
+    def last_worker_index(self) -> int:
+        value = self.status.get("lastWorkerIndex")
+        return int(value) if value is not None else -1
+
+    # -- the plan ------------------------------------------------------------------------------------
+    def run(self) -> list[Action]:
+        if not self.status.get("conditions"):
+            self.condition(
+                st.CREATED,
+                True,
+                "MPIJobCreated",
+                f"MPIJob {meta(self.job).get('namespace')}/{self.name} is created.",
+            )
+        if st.is_finished(self.status):
+            self.finished()
+        else:
+            self.active()
+        self.write_status()
+        if self.wake:
+            self.actions.append(RequeueAfter(max(0.0, min(self.wake))))
+        return self.actions
+
+    def active(self) -> None:
+        spec = self.spec
+        suspended = spec.run_policy.suspend
+        was_suspended = st.is_true(self.status, st.SUSPENDED)
+        if suspended:
+            self.condition(st.SUSPENDED, True, "MPIJobSuspended", "MPIJob suspended")
+            self.condition(st.RUNNING, False, "MPIJobSuspended", "MPIJob suspended", event=None)
+        elif was_suspended:
+            self.condition(st.SUSPENDED, False, "MPIJobResumed", "MPIJob resumed")
+            self.emit("Normal", "MPIJobResumed", "MPIJob resumed")
+            self.status["startTime"] = self.now
+        if not suspended and not self.status.get("startTime"):
+            self.status["startTime"] = self.now
+
+        self.ensure_service()
+        wp = plan_workers(
+            self.s,
+            spec,
+            suspended=suspended,
+            last_index=self.last_worker_index(),
+            previously_leaving=list(self.old_status.get("leavingWorkers") or []),
+        )
+        # 1. Record decisions in the MPIJob spec (one patch, optimistic concurrency).
+        self.record_worker_decisions(wp)
+        # 2. Mark leaving workers, then 3. take them out of discovery.
+        for leave in wp.to_leave:
+            self.actions.append(
+                Patch(
+                    "v1",
+                    "Pod",
+                    name_of(leave.pod),
+                    {
+                        "metadata": {
+                            "annotations": {
+                                c.ANNOTATION_LEAVING_SINCE: self.now,
+                                c.ANNOTATION_LEAVING_REASON: leave.reason,
+                            }
+                        }
+                    },
+                    resource_version=meta(leave.pod).get("resourceVersion"),
+                )
+            )
+        if wp.to_leave:
+            self.emit(
+                "Normal",
+                "WorkersLeaving",
+                f"workers {', '.join(name_of(x.pod) for x in wp.to_leave)} left discovery "
+                f"({', '.join(sorted({x.reason for x in wp.to_leave}))})",
+            )
+        self.ensure_config_map(wp)
+        self.ensure_secret()
+        self.ensure_pdb()
+        # 4. Delete, then 5. create.
+        for pod in wp.to_delete:
+            self.delete_pod(pod, "suspended" if suspended else "leaving the job")
+        for index in wp.to_create:
+            self.create(children.worker_pod(self.job, spec, index, self.s.config.cluster_domain))
+        if wp.to_create:
+            self.status["lastWorkerIndex"] = max([*wp.to_create, self.last_worker_index()])
+        for name in wp.foreign_names:
+            self.conflicts.append(f"Pod {name}")
+        if wp.wake_after is not None:
+            self.wake.append(wp.wake_after)
+
+        self.ensure_launcher(wp)
+        self.worker_status(wp)
+        self.conflict_condition()
+        self.detect_finish(wp)
+        if st.is_finished(self.status):
+            self.finished()
+
+    def record_worker_decisions(self, wp: WorkerPlan) -> None:
+        patch: dict[str, Any] = {}
+        if wp.new_replicas is not None:
+            patch.setdefault("spec", {})["mpiReplicaSpecs"] = {"Worker": {"replicas": wp.new_replicas}}
+        if wp.new_workers_to_delete is not None:
+            patch.setdefault("spec", {})["elasticPolicy"] = {"workersToDelete": wp.new_workers_to_delete}
+        if patch:
+            self.actions.append(
+                Patch(
+                    API_VERSION,
+                    "MPIJob",
+                    self.name,
+                    patch,
+                    resource_version=meta(self.job).get("resourceVersion"),
+                )
+            )
+        for type_, reason, message in wp.events:
+            self.emit(type_, reason, message)
+
+    def ensure_service(self) -> None:
+        desired = children.service(self.job, self.spec)
+        current = self.s.service
+        owned = self.owned_or_conflict(current, "Service", self.name)
+        if owned is None:
+            self.create(desired)
+        elif owned and current is not None:
+            spec = current.get("spec") or {}
+            want = desired["spec"]
+            if (
+                spec.get("selector") != want["selector"]
+                or bool(spec.get("publishNotReadyAddresses")) != want["publishNotReadyAddresses"]
+            ):
+                self.actions.append(
+                    Patch(
+                        "v1",
+                        "Service",
+                        self.name,
+                        {
+                            "spec": {
+                                "selector": want["selector"],
+                                "publishNotReadyAddresses": want["publishNotReadyAddresses"],
+                            }
+                        },
+                    )
+                )
+
+    def ensure_config_map(self, wp: WorkerPlan) -> None:
+        domain = self.s.config.cluster_domain
+        slots = self.spec.slots_per_worker
+        launcher_host = (
+            children.worker_host(self.job, c.launcher_name(self.name), domain)
+            if self.spec.run_launcher_as_worker
+            else None
+        )
+        hosts = [children.worker_host(self.job, n, domain) for n in wp.hostfile_names]
+        discovered = [children.worker_host(self.job, n, domain) for n in wp.discovery_names]
+        data = {
+            c.HOSTFILE_KEY: hostfile(hosts, slots, self.spec.mpi_implementation, launcher_host),
+            c.DISCOVER_HOSTS_KEY: discover_hosts_script(discovered, slots, launcher_host),
+        }
+        name = c.config_map_name(self.name)
+        current = self.s.config_map
+        owned = self.owned_or_conflict(current, "ConfigMap", name)
+        if owned is None:
+            self.create(children.config_map(self.job, data))
+        elif owned and current is not None and current.get("data") != data:
+            self.actions.append(
+                Patch(
+                    "v1",
+                    "ConfigMap",
+                    name,
+                    {"data": data},
+                    resource_version=meta(current).get("resourceVersion"),
+                )
+            )
+        self.status["discoveredHosts"] = list(wp.discovery_names)
+
+    def ensure_secret(self) -> None:
+        name = c.secret_name(self.name)
+        if self.owned_or_conflict(self.s.secret, "Secret", name) is None:
+            self.create(children.ssh_secret(self.job), ssh=True)
+
+    def ensure_pdb(self) -> None:
+        ep = self.spec.elastic_policy
+        name = c.pdb_name(self.name)
+        current = self.s.pdb
+        owned = self.owned_or_conflict(current, "PodDisruptionBudget", name)
+        if ep is None:
+            if owned and current is not None:
+                self.actions.append(Delete("policy/v1", "PodDisruptionBudget", name, uid=uid_of(current)))
+            return
+        if owned is None:
+            self.create(children.pdb(self.job, ep.min_replicas))
+        elif owned and current is not None and (current.get("spec") or {}).get("minAvailable") != ep.min_replicas:
+            self.actions.append(
+                Patch("policy/v1", "PodDisruptionBudget", name, {"spec": {"minAvailable": ep.min_replicas}})
+            )
+
+    def ensure_launcher(self, wp: WorkerPlan) -> None:
+        spec = self.spec
+        name = c.launcher_name(self.name)
+        current = self.s.launcher
+        owned = self.owned_or_conflict(current, "Job", name)
+        if owned is False:
+            return
+        if current is None:
+            ready = len(wp.kept) >= spec.worker_replicas and all(pod_ready(p) for p in wp.kept)
+            if spec.launcher_creation_policy is LauncherCreationPolicy.AT_STARTUP or (ready and not wp.to_create):
+                self.create(children.launcher_job(self.job, spec))
+            return
+        launcher_suspended = bool((current.get("spec") or {}).get("suspend"))
+        if spec.run_policy.suspend and not launcher_suspended:
+            self.actions.append(Patch("batch/v1", "Job", name, {"spec": {"suspend": True}}))
+        elif not spec.run_policy.suspend and launcher_suspended:
+            # Resume as Kueue expects: clear startTime (so the template may change), sync the scheduling
+            # directives Kueue set on the MPIJob while suspended, then unsuspend.
+            if (current.get("status") or {}).get("startTime"):
+                self.actions.append(
+                    Patch("batch/v1", "Job", name, {"status": {"startTime": None}}, subresource="status")
+                )
+            self.actions.append(Patch("batch/v1", "Job", name, self.resume_patch(current)))
+
+    def resume_patch(self, current: Obj) -> Obj:
+        want = children.launcher_scheduling_directives(self.spec)
+        tmpl = (current.get("spec") or {}).get("template") or {}
+        cur_meta = tmpl.get("metadata") or {}
+        default = children.default_labels(self.name, c.ROLE_LAUNCHER)
+
+        def replace_map(old: dict[str, Any] | None, new: dict[str, Any] | None, keep: dict[str, str]) -> dict[str, Any]:
+            merged: dict[str, Any] = {k: None for k in (old or {}) if k not in keep}
+            merged.update(new or {})
+            merged.update(keep)
+            return merged
+
+        keep_labels = {
+            k: v for k, v in (cur_meta.get("labels") or {}).items() if k in default or k == c.LABEL_REPLICA_INDEX
+        }
+        return {
+            "spec": {
+                "suspend": False,
+                "template": {
+                    "metadata": {
+                        "labels": replace_map(cur_meta.get("labels"), want["labels"], keep_labels),
+                        "annotations": replace_map(cur_meta.get("annotations"), want["annotations"], {}),
+                    },
+                    "spec": {
+                        "nodeSelector": want["nodeSelector"],
+                        "tolerations": want["tolerations"],
+                        "schedulingGates": want["schedulingGates"],
+                    },
+                },
+            }
+        }
+
+    def worker_status(self, wp: WorkerPlan) -> None:
+        workers = workers_of(self.s)
+        live = [p for p in workers if not is_terminating(p)]
+        running = [p for p in wp.kept if pod_phase(p) == "Running"]
+        worker_status: dict[str, Any] = {
+            "active": len(running),
+            "ready": sum(1 for p in wp.kept if pod_ready(p)),
+            "selector": children.worker_selector(self.name),
+        }
+        failed = sum(1 for p in live if pod_phase(p) == "Failed")
+        succeeded = sum(1 for p in live if pod_phase(p) == "Succeeded")
+        if failed:
+            worker_status["failed"] = failed
+        if succeeded:
+            worker_status["succeeded"] = succeeded
+        statuses = self.status.setdefault("replicaStatuses", {})
+        statuses["Worker"] = worker_status
+        statuses["Launcher"] = self.launcher_status()
+        self.status["leavingWorkers"] = sorted(wp.leaving)
+
+        if self.spec.run_policy.suspend:
+            return
+        launcher_running = any(pod_phase(p) == "Running" for p in self.s.launcher_pods)
+        ep = self.spec.elastic_policy
+        enough = (
+            len(running) >= ep.min_replicas if ep else len(running) == self.spec.worker_replicas and not wp.to_create
+        )
+        if launcher_running and enough:
+            self.condition(
+                st.RUNNING,
+                True,
+                "MPIJobRunning",
+                f"MPIJob {meta(self.job).get('namespace')}/{self.name} is running.",
+            )
+        elif st.is_true(self.status, st.RUNNING):
+            why = "launcher is not running" if not launcher_running else "not enough workers are running"
+            self.condition(st.RUNNING, False, "MPIJobNotRunning", why, event=None)
+
+    def launcher_status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        active = sum(1 for p in self.s.launcher_pods if pod_phase(p) == "Running")
+        if active:
+            out["active"] = active
+        job_status = (self.s.launcher or {}).get("status") or {}
+        for key in ("failed", "succeeded"):
+            if job_status.get(key):
+                out[key] = job_status[key]
+        return out
+
+    def conflict_condition(self) -> None:
+        if self.conflicts:
+            message = (
+                f"{'; '.join(sorted(set(self.conflicts)))}: exists and is not owned by this MPIJob; "
+                "it is left untouched. Delete or rename it."
+            )
+            if st.set_condition(self.status, st.RESOURCE_CONFLICT, True, "NotOwned", message, self.now):
+                self.emit("Warning", "ResourceConflict", message)
+        elif st.get_condition(self.status, st.RESOURCE_CONFLICT) is not None:
+            st.set_condition(self.status, st.RESOURCE_CONFLICT, False, "Resolved", "no conflicting objects", self.now)
+
+    def detect_finish(self, wp: WorkerPlan) -> None:
+        launcher = self.s.launcher
+        if launcher is not None and is_owned_by(launcher, self.job):
+            if condition_true(launcher, "Complete"):
+                done = (launcher.get("status") or {}).get("completionTime") or self.now
+                self.status["completionTime"] = done
+                self.condition(
+                    st.SUCCEEDED,
+                    True,
+                    "MPIJobSucceeded",
+                    f"MPIJob {meta(self.job).get('namespace')}/{self.name} successfully completed.",
+                )
+                return
+            if condition_true(launcher, "Failed"):
+                cond = condition(launcher, "Failed") or {}
+                reason = str(cond.get("reason") or "MPIJobFailed")
+                message = str(cond.get("message") or "launcher Job failed")
+                failed_pods = [p for p in self.s.launcher_pods if pod_phase(p) == "Failed"]
+                if reason == "BackoffLimitExceeded" and failed_pods:
+                    last = max(failed_pods, key=lambda p: str(meta(p).get("creationTimestamp", "")))
+                    pst = last.get("status") or {}
+                    reason = f"{reason}/{pst.get('reason') or 'Error'}"
+                    if pst.get("message"):
+                        message = f"{message}: {pst['message']}"
+                self.status["completionTime"] = self.now
+                self.condition(st.FAILED, True, reason, message, event="Warning")
+                return
+        if self.spec.elastic_policy is None:
+            evicted = [
+                p
+                for p in workers_of(self.s)
+                if pod_phase(p) == "Failed" and (p.get("status") or {}).get("reason") == "Evicted"
+            ]
+            if evicted:
+                total = len(workers_of(self.s))
+                self.status["completionTime"] = self.now
+                self.condition(
+                    st.FAILED,
+                    True,
+                    "MPIJobEvicted",
+                    f"{len(evicted)}/{total} workers are evicted",
+                    event="Warning",
+                )
+
+    def finished(self) -> None:
+        # Running is cleared when the job finishes (reference #787).
+        if st.get_condition(self.status, st.RUNNING) is None or st.is_true(self.status, st.RUNNING):
+            st.set_condition(self.status, st.RUNNING, False, "MPIJobFinished", "MPIJob finished", self.now)
+        if not self.status.get("completionTime"):
+            self.status["completionTime"] = self.now
+        policy = self.spec.run_policy.clean_pod_policy or CleanPodPolicy.NONE
+        already = {a.name for a in self.actions if isinstance(a, Delete)}
+        for pod in workers_of(self.s):
+            if is_terminating(pod) or name_of(pod) in already:
+                continue
+            if policy is CleanPodPolicy.ALL or (
+                policy is CleanPodPolicy.RUNNING and pod_phase(pod) not in FINISHED_PHASES
+            ):
+                self.delete_pod(pod, f"job finished (cleanPodPolicy {policy.value})")
+        ttl = self.spec.run_policy.ttl_seconds_after_finished
+        done = parse_time(self.status.get("completionTime"))
+        if ttl is not None and done is not None:
+            left = (done - self.s.now).total_seconds() + ttl
+            if left <= 0:
+                self.actions.append(
+                    Delete(API_VERSION, "MPIJob", self.name, uid=uid_of(self.job), propagation="Background")
+                )
+                self.emit("Normal", "MPIJobDeleted", f"ttlSecondsAfterFinished ({ttl}s) expired")
+            else:
+                self.wake.append(left)
+
+    def write_status(self) -> None:
+        self.status["state"] = st.state(self.status)
+        self.status.setdefault("replicaStatuses", {})
+        if self.status != self.old_status:
+            self.status["lastReconcileTime"] = self.now
+            self.actions.append(
+                Patch(
+                    API_VERSION,
+                    "MPIJob",
+                    self.name,
+                    {"status": self.status},
+                    resource_version=meta(self.job).get("resourceVersion"),
+                    subresource="status",
+                )
+            )
+
+
+def plan(snapshot: Snapshot) -> list[Action]:
+    """Everything to do for one MPIJob now. Idempotent: a converged job yields no write."""
+    job = snapshot.job
+    if is_terminating(job):
+        return []
+    managed_by = ((job.get("spec") or {}).get("runPolicy") or {}).get("managedBy")
+    if managed_by not in (None, "", MANAGED_BY_US):
+        return []
+    spec, errors = validate(job)
+    if spec is None or errors:
+        return _invalid(snapshot, errors)
+    return _Planner(snapshot, spec).run()
+
+
+def _invalid(snapshot: Snapshot, errors: list[str]) -> list[Action]:
+    """An invalid job is marked Failed with a message naming the field, and nothing is created."""
+    old = copy.deepcopy(snapshot.job.get("status") or {})
+    status = copy.deepcopy(old)
+    now = format_time(snapshot.now)
+    message = "; ".join(errors)
+    actions: list[Action] = []
+    if not status.get("conditions"):
+        st.set_condition(status, st.CREATED, True, "MPIJobCreated", "MPIJob is created.", now)
+    if st.set_condition(status, st.FAILED, True, "InvalidSpec", message, now):
+        actions.append(Emit("Warning", "ValidationError", message))
+    status.setdefault("completionTime", now)
+    status["state"] = st.state(status)
+    if status != old:
+        actions.append(
+            Patch(
+                API_VERSION,
+                "MPIJob",
+                name_of(snapshot.job),
+                {"status": status},
+                resource_version=meta(snapshot.job).get("resourceVersion"),
+                subresource="status",
+            )
+        )
+    return actions

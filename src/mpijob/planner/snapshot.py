@@ -1,0 +1,122 @@
+"""What the planner sees: one MPIJob and the objects around it, read from the cache at one moment.
+
+Objects are plain Kubernetes JSON dicts, exactly as the API server returns them, so the snapshot is cheap to
+build from the watch cache and easy to write in tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """Operator-wide settings that change what the planner decides."""
+
+    # Appended to host names ("<pod>.<job>.<ns>.svc.<domain>") when set, and used in DNS search paths.
+    cluster_domain: str = ""
+    termination_taints: tuple[str, ...] = DEFAULT_TERMINATION_TAINTS
+    # A cordoned node (spec.unschedulable) counts as terminating: drains start with a cordon.
+    cordon_is_termination: bool = True
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    job: Obj
+    now: datetime
+    # Pods whose controller owner is this job (workers, and a launcher pod only if someone made one).
+    owned_pods: Sequence[Obj] = ()
+    # Every pod of the job's namespace by name: to tell a foreign pod from a free worker name.
+    pods_by_name: Mapping[str, Obj] = field(default_factory=dict)
+    # The batch Job named <job>-launcher, owned or not, and the pods it owns.
+    launcher: Obj | None = None
+    launcher_pods: Sequence[Obj] = ()
+    service: Obj | None = None
+    config_map: Obj | None = None
+    secret: Obj | None = None
+    pdb: Obj | None = None
+    # Nodes by name. A node a worker is bound to that is missing here has been deleted.
+    nodes: Mapping[str, Obj] = field(default_factory=dict)
+    config: OperatorConfig = field(default_factory=OperatorConfig)
+
+
+def meta(obj: Obj) -> Obj:
+    value: Obj = obj.get("metadata") or {}
+    return value
+
+
+def name_of(obj: Obj) -> str:
+    return str(meta(obj).get("name", ""))
+
+
+def uid_of(obj: Obj) -> str:
+    return str(meta(obj).get("uid", ""))
+
+
+def labels_of(obj: Obj) -> dict[str, str]:
+    return dict(meta(obj).get("labels") or {})
+
+
+def annotations_of(obj: Obj) -> dict[str, str]:
+    return dict(meta(obj).get("annotations") or {})
+
+
+def controller_uid(obj: Obj) -> str | None:
+    for ref in meta(obj).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def is_owned_by(obj: Obj, owner: Obj) -> bool:
+    return controller_uid(obj) == uid_of(owner)
+
+
+def is_terminating(obj: Obj) -> bool:
+    return meta(obj).get("deletionTimestamp") is not None
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def format_time(value: datetime) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pod_phase(pod: Obj) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def pod_node(pod: Obj) -> str | None:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return str(node) if node else None
+
+
+def pod_ready(pod: Obj) -> bool:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def condition(obj: Obj, kind: str) -> Obj | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            found: Obj = cond
+            return found
+    return None
+
+
+def condition_true(obj: Obj, kind: str) -> bool:
+    cond = condition(obj, kind)
+    return cond is not None and cond.get("status") == "True"

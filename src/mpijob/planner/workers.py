@@ -1,0 +1,311 @@
+"""Worker decisions: which workers to keep, mark as leaving, delete or create; and the spec patch that
+records node-termination and external-removal decisions in the MPIJob itself.
+
+Vocabulary:
+- *listed*: named in spec.elasticPolicy.workersToDelete.
+- *leaving*: carries the leaving-since annotation: out of discovery, pod deleted after the grace period.
+- *kept*: a worker that counts toward Worker replicas: not listed, not leaving, not terminating, not failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from mpijob.api import constants as c
+from mpijob.api.models import MPIJobSpec, NodeTerminationPolicy
+from mpijob.planner.indexes import new_indexes
+from mpijob.planner.ranking import rank_victims
+from mpijob.planner.snapshot import (
+    Obj,
+    Snapshot,
+    annotations_of,
+    is_owned_by,
+    is_terminating,
+    labels_of,
+    name_of,
+    parse_time,
+    pod_node,
+    pod_phase,
+)
+
+FINISHED_PHASES = ("Failed", "Succeeded")
+
+
+@dataclass
+class Leave:
+    pod: Obj
+    reason: str
+
+
+@dataclass
+class Signal:
+    pod: Obj
+    node: str
+    signal: str
+
+
+@dataclass
+class WorkerPlan:
+    # Spec changes to record first (None: nothing to record).
+    new_replicas: int | None = None
+    new_workers_to_delete: list[str] | None = None
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    signals: list[Signal] = field(default_factory=list)
+    to_leave: list[Leave] = field(default_factory=list)
+    to_delete: list[Obj] = field(default_factory=list)
+    to_create: list[int] = field(default_factory=list)
+    kept: list[Obj] = field(default_factory=list)
+    leaving: list[str] = field(default_factory=list)
+    # Names in the hostfile (kept + created) and in discover_hosts.sh (kept and Running), by index.
+    hostfile_names: list[str] = field(default_factory=list)
+    discovery_names: list[str] = field(default_factory=list)
+    foreign_names: list[str] = field(default_factory=list)
+    wake_after: float | None = None
+
+
+def workers_of(snapshot: Snapshot) -> list[Obj]:
+    job_name = name_of(snapshot.job)
+    return [
+        p
+        for p in snapshot.owned_pods
+        if labels_of(p).get(c.LABEL_JOB_ROLE) == c.ROLE_WORKER
+        or (labels_of(p).get(c.LABEL_JOB_ROLE) is None and c.worker_index(job_name, name_of(p)) is not None)
+    ]
+
+
+def index_of(job_name: str, pod: Obj) -> int:
+    index = c.worker_index(job_name, name_of(pod))
+    return -1 if index is None else index
+
+
+def node_signal(snapshot: Snapshot, node: str | None) -> str | None:
+    """Why a node is going away, or None. A node missing from the (synced) cache has been deleted."""
+    if node is None:
+        return None
+    obj = snapshot.nodes.get(node)
+    if obj is None:
+        return "deleted"
+    if is_terminating(obj):
+        return "deleted"
+    spec = obj.get("spec") or {}
+    for taint in spec.get("taints") or []:
+        if taint.get("key") in snapshot.config.termination_taints:
+            return f"taint {taint.get('key')}"
+    if snapshot.config.cordon_is_termination and spec.get("unschedulable"):
+        return "cordoned"
+    return None
+
+
+def _is_leaving(pod: Obj) -> bool:
+    return c.ANNOTATION_LEAVING_SINCE in annotations_of(pod)
+
+
+def _leaving_since(pod: Obj, default: datetime) -> datetime:
+    return parse_time(annotations_of(pod).get(c.ANNOTATION_LEAVING_SINCE)) or default
+
+
+def _foreign_indexes(snapshot: Snapshot, job_name: str, upto: int) -> list[int]:
+    """Worker names we may not use: a pod of that name exists and is not ours."""
+    taken = []
+    for index in range(upto):
+        pod = snapshot.pods_by_name.get(c.worker_name(job_name, index))
+        if pod is not None and not is_owned_by(pod, snapshot.job):
+            taken.append(index)
+    return taken
+
+
+def _describe_bad_name(snapshot: Snapshot, name: str) -> str:
+    other = snapshot.pods_by_name.get(name)
+    if "/" in name:
+        return "names a pod in another namespace; only this job's workers can be listed"
+    if other is None:
+        return "no such pod"
+    if labels_of(other).get(c.LABEL_JOB_NAME) == name_of(snapshot.job) and (
+        labels_of(other).get(c.LABEL_JOB_ROLE) == c.ROLE_LAUNCHER
+    ):
+        return "is the launcher, not a worker"
+    if not is_owned_by(other, snapshot.job):
+        return "is not a pod of this job"
+    return "is not a worker of this job"
+
+
+def plan_workers(
+    snapshot: Snapshot, spec: MPIJobSpec, *, suspended: bool, last_index: int, previously_leaving: list[str]
+) -> WorkerPlan:
+    if spec.elastic_policy is None:
+        return _plan_static(snapshot, spec, suspended=suspended)
+    return _plan_elastic(
+        snapshot, spec, suspended=suspended, last_index=last_index, previously_leaving=previously_leaving
+    )
+
+
+def _plan_static(snapshot: Snapshot, spec: MPIJobSpec, *, suspended: bool) -> WorkerPlan:
+    """Upstream semantics: indexes 0..replicas-1; a missing index is recreated, higher ones deleted."""
+    job_name = name_of(snapshot.job)
+    replicas = spec.worker_replicas
+    workers = workers_of(snapshot)
+    result = WorkerPlan()
+    live = [p for p in workers if not is_terminating(p)]
+    for pod in live:
+        index = c.worker_index(job_name, name_of(pod))
+        if suspended or index is None or index >= replicas:
+            result.to_delete.append(pod)
+    present = {index_of(job_name, p) for p in workers}
+    foreign = set(_foreign_indexes(snapshot, job_name, replicas))
+    result.foreign_names = [c.worker_name(job_name, i) for i in sorted(foreign)]
+    if not suspended:
+        result.to_create = [i for i in range(replicas) if i not in present and i not in foreign]
+    deleted = {name_of(p) for p in result.to_delete}
+    result.kept = sorted((p for p in live if name_of(p) not in deleted), key=lambda p: index_of(job_name, p))
+    result.hostfile_names = [c.worker_name(job_name, i) for i in range(replicas)]
+    result.discovery_names = [name_of(p) for p in result.kept if pod_phase(p) == "Running"]
+    return result
+
+
+def _plan_elastic(
+    snapshot: Snapshot, spec: MPIJobSpec, *, suspended: bool, last_index: int, previously_leaving: list[str]
+) -> WorkerPlan:
+    policy = spec.elastic_policy
+    assert policy is not None
+    job_name = name_of(snapshot.job)
+    now = snapshot.now
+    workers = workers_of(snapshot)
+    by_name = {name_of(p): p for p in workers}
+    result = WorkerPlan()
+    replicas = spec.worker_replicas
+
+    # 1. Clean workersToDelete: drop names that are gone (done) or were never this job's workers (warn).
+    listed: list[str] = []
+    for name in dict.fromkeys(policy.workers_to_delete):
+        pod = by_name.get(name)
+        if pod is None:
+            if name in previously_leaving:
+                result.events.append(("Normal", "WorkerRemoved", f"worker {name} is gone"))
+            else:
+                why = _describe_bad_name(snapshot, name)
+                result.events.append(
+                    (
+                        "Warning",
+                        "InvalidWorkerToDelete",
+                        f"spec.elasticPolicy.workersToDelete: {name!r} {why}; dropped from the list",
+                    )
+                )
+            continue
+        if _is_leaving(pod) and is_terminating(pod):
+            result.events.append(("Normal", "WorkerRemoved", f"worker {name} is being deleted"))
+            continue
+        listed.append(name)
+
+    # 2. Node-termination signals and workers removed by someone else (eviction, kubectl delete, failure).
+    listed_set = set(listed)
+    unaccounted = [p for p in workers if name_of(p) not in listed_set and not _is_leaving(p)]
+    external = [p for p in unaccounted if is_terminating(p) or pod_phase(p) in FINISHED_PHASES]
+    if not suspended and policy.node_termination_policy is not NodeTerminationPolicy.IGNORE:
+        for pod in unaccounted:
+            if pod in external:
+                continue
+            signal = node_signal(snapshot, pod_node(pod))
+            if signal is not None:
+                result.signals.append(Signal(pod, pod_node(pod) or "", signal))
+    new_replicas = replicas
+    additions: list[str] = [s.pod["metadata"]["name"] for s in result.signals]
+    if policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended:
+        additions += [name_of(p) for p in external]
+        new_replicas = max(policy.min_replicas, replicas - len(additions)) if additions else replicas
+        new_replicas = min(new_replicas, replicas)
+    for node in dict.fromkeys(s.node for s in result.signals):
+        names = [name_of(s.pod) for s in result.signals if s.node == node]
+        signal = next(s.signal for s in result.signals if s.node == node)
+        verb = {
+            NodeTerminationPolicy.SCALE_IN: f"scaling in (Worker replicas {replicas} -> {new_replicas})",
+            NodeTerminationPolicy.REPLACE: "replacing them elsewhere",
+        }[policy.node_termination_policy]
+        floor = ""
+        if (
+            policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN
+            and replicas - len(additions) < policy.min_replicas
+        ):
+            floor = f"; minReplicas {policy.min_replicas} reached, the rest are replaced"
+        result.events.append(
+            (
+                "Normal",
+                "NodeTerminating",
+                f"node {node} is terminating ({signal}): workers {', '.join(names)}: {verb}{floor}",
+            )
+        )
+    if external and policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended:
+        lost = ", ".join(name_of(p) for p in external)
+        result.events.append(
+            (
+                "Normal",
+                "WorkerLost",
+                f"workers {lost} were removed by someone else; Worker replicas {replicas} -> {new_replicas}",
+            )
+        )
+    final_list = listed + [n for n in additions if n not in listed_set]
+    if final_list != list(policy.workers_to_delete):
+        result.new_workers_to_delete = final_list
+    if new_replicas != replicas:
+        result.new_replicas = new_replicas
+    replicas = new_replicas
+    listed_set = set(final_list)
+
+    # 3. Who leaves: listed workers, failed ones, the excess (ranked), all of them when suspended.
+    def counts(pod: Obj) -> bool:
+        return (
+            name_of(pod) not in listed_set
+            and not _is_leaving(pod)
+            and not is_terminating(pod)
+            and pod_phase(pod) not in FINISHED_PHASES
+        )
+
+    kept = [p for p in workers if counts(p)]
+    for pod in workers:
+        if _is_leaving(pod):
+            continue
+        if name_of(pod) in listed_set:
+            result.to_leave.append(Leave(pod, "workersToDelete"))
+        elif not counts(pod) and not is_terminating(pod):
+            result.to_leave.append(Leave(pod, f"worker {pod_phase(pod)}"))
+    target = 0 if suspended else replicas
+    if len(kept) > target:
+        ranked = rank_victims(kept, lambda p: index_of(job_name, p), lambda n: node_signal(snapshot, n) is not None)
+        excess = ranked[: len(kept) - target]
+        result.to_leave += [Leave(p, "suspended" if suspended else "scale-down") for p in excess]
+        gone = {name_of(p) for p in excess}
+        kept = [p for p in kept if name_of(p) not in gone]
+
+    # 4. Leaving workers are deleted once the grace period has passed; at once if they are not serving
+    #    (not Running), their node is gone, or nothing else is left to wait for.
+    grace = timedelta(seconds=policy.scale_in_grace_period_seconds)
+    newly = {name_of(leave.pod) for leave in result.to_leave}
+    for pod in workers:
+        if not (_is_leaving(pod) or name_of(pod) in newly):
+            continue
+        result.leaving.append(name_of(pod))
+        if is_terminating(pod):
+            continue
+        since = now if name_of(pod) in newly else _leaving_since(pod, now)
+        immediate = pod_phase(pod) != "Running" or node_signal(snapshot, pod_node(pod)) == "deleted" or suspended
+        due = since + grace
+        if immediate or due <= now:
+            result.to_delete.append(pod)
+        else:
+            wait = (due - now).total_seconds()
+            result.wake_after = wait if result.wake_after is None else min(result.wake_after, wait)
+
+    # 5. New workers for the deficit.
+    taken = {index_of(job_name, p) for p in workers}
+    ceiling = max([last_index, *taken], default=-1) + replicas + 1
+    foreign = set(_foreign_indexes(snapshot, job_name, ceiling))
+    result.foreign_names = [c.worker_name(job_name, i) for i in sorted(foreign)]
+    if len(kept) < target:
+        # Foreign pods only block a name; they do not move Append's starting point.
+        result.to_create = new_indexes(target - len(kept), taken, foreign, policy.index_policy, last_index)
+    result.kept = sorted(kept, key=lambda p: index_of(job_name, p))
+    hosts = [(index_of(job_name, p), name_of(p)) for p in kept]
+    hosts += [(i, c.worker_name(job_name, i)) for i in result.to_create]
+    result.hostfile_names = [n for _, n in sorted(hosts)]
+    result.discovery_names = [name_of(p) for p in result.kept if pod_phase(p) == "Running"]
+    return result
