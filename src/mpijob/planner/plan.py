@@ -82,6 +82,7 @@ class _Planner:
         self.actions: list[Action] = []
         self.wake: list[float] = []
         self.conflicts: list[str] = []
+        self.status_events: list[Emit] = []
 
     # -- helpers -----------------------------------------------------------------------------------
     def emit(self, type_: str, reason: str, message: str) -> None:
@@ -90,7 +91,8 @@ class _Planner:
     def condition(self, kind: str, value: bool, reason: str, message: str, event: str | None = "Normal") -> None:
         flipped = st.set_condition(self.status, kind, value, reason, message, self.now)
         if flipped and value and event:
-            self.emit(event, reason, message)
+            # Announced after the status write succeeds, so a retried reconcile does not repeat it.
+            self.status_events.append(Emit(event, reason, message))
 
     def create(self, obj: Obj, *, ssh: bool = False) -> None:
         self.actions.append(Create(obj, generate_ssh_keys=ssh))
@@ -503,6 +505,7 @@ class _Planner:
                     subresource="status",
                 )
             )
+            self.actions.extend(self.status_events)
 
 
 def plan(snapshot: Snapshot) -> list[Action]:

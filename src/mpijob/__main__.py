@@ -1,0 +1,5 @@
+import sys
+
+from mpijob.cli.main import main
+
+sys.exit(main())

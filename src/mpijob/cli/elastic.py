@@ -1,0 +1,160 @@
+"""`mpijob scale-in`, `mpijob scale`, `mpijob status`: elastic operations as single API writes."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from mpijob.api import constants as c
+from mpijob.cli.kube import client, default_namespace, job_path, worker_pods
+from mpijob.executor.client import ApiError, Client
+from mpijob.executor.resources import object_path
+from mpijob.planner.hostfile import parse_discovery_output
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job")
+    parser.add_argument("-n", "--namespace", default=None)
+    parser.add_argument("--kubeconfig", default=None)
+
+
+def register(subparsers: Any) -> None:
+    si = subparsers.add_parser("scale-in", help="remove named workers (or those on a node) and lower replicas")
+    _common(si)
+    group = si.add_mutually_exclusive_group(required=True)
+    group.add_argument("--workers", help="comma-separated worker pod names")
+    group.add_argument("--node", help="remove this job's workers on NODE")
+    si.add_argument("--replace", action="store_true", help="keep replicas (drain and replace)")
+    si.set_defaults(func=lambda a: asyncio.run(_scale_in(a)))
+
+    sc = subparsers.add_parser("scale", help="set Worker replicas through the scale subresource")
+    _common(sc)
+    sc.add_argument("--replicas", type=int, required=True)
+    sc.set_defaults(func=lambda a: asyncio.run(_scale(a)))
+
+    stt = subparsers.add_parser("status", help="workers (index, node, phase, leaving) and the discovery list")
+    _common(stt)
+    stt.set_defaults(func=lambda a: asyncio.run(_status(a)))
+
+
+async def scale_in(
+    kube: Client, namespace: str, job: str, workers: list[str] | None, node: str | None, replace: bool
+) -> tuple[int, int, list[str]]:
+    """One optimistic-concurrency patch: names appended to workersToDelete, replicas lowered by as many.
+
+    Returns (old replicas, new replicas, names added). Retries on a concurrent change.
+    """
+    for _ in range(5):
+        obj = await kube.get(job_path(namespace, job))
+        spec = obj["spec"]
+        elastic = spec.get("elasticPolicy")
+        if elastic is None:
+            raise SystemExit(f"MPIJob {namespace}/{job} has no spec.elasticPolicy; targeted scale-in needs one")
+        if node is not None:
+            pods = await worker_pods(kube, namespace, job)
+            workers = [p["metadata"]["name"] for p in pods if (p.get("spec") or {}).get("nodeName") == node]
+            if not workers:
+                raise SystemExit(f"no worker of {namespace}/{job} runs on node {node}")
+        assert workers is not None
+        listed = list(elastic.get("workersToDelete") or [])
+        added = [w for w in dict.fromkeys(workers) if w not in listed]
+        replicas = int(spec["mpiReplicaSpecs"]["Worker"]["replicas"])
+        new = replicas if replace else replicas - len(added)
+        floor = int(elastic.get("minReplicas", 1))
+        if new < floor:
+            raise SystemExit(
+                f"removing {len(added)} workers would take replicas to {new}, below minReplicas {floor}; "
+                "use --replace to drain and replace instead"
+            )
+        patch = {
+            "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+            "spec": {
+                "mpiReplicaSpecs": {"Worker": {"replicas": new}},
+                "elasticPolicy": {"workersToDelete": listed + added},
+            },
+        }
+        try:
+            await kube.merge_patch(job_path(namespace, job), patch)
+        except ApiError as err:
+            if err.status == 409:
+                continue
+            raise
+        return replicas, new, added
+    raise SystemExit("the MPIJob kept changing; try again")
+
+
+async def _scale_in(args: argparse.Namespace) -> int:
+    workers = [w.strip() for w in args.workers.split(",") if w.strip()] if args.workers else None
+    ns = default_namespace(args.namespace)
+    async with client(args.kubeconfig) as kube:
+        old, new, added = await scale_in(kube, ns, args.job, workers, args.node, args.replace)
+    print(f"mpijob {ns}/{args.job}: workersToDelete += {', '.join(added) or '(none)'}; replicas {old} -> {new}")
+    return 0
+
+
+async def _scale(args: argparse.Namespace) -> int:
+    ns = default_namespace(args.namespace)
+    async with client(args.kubeconfig) as kube:
+        try:
+            await kube.merge_patch(job_path(ns, args.job, "scale"), {"spec": {"replicas": args.replicas}})
+        except ApiError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+    print(f"mpijob {ns}/{args.job} scaled to {args.replicas} workers")
+    return 0
+
+
+def discovery_from_config_map(config_map: dict[str, Any]) -> list[tuple[str, int]]:
+    """What discover_hosts.sh prints, from its text (each line is `echo host:slots`)."""
+    script = (config_map.get("data") or {}).get(c.DISCOVER_HOSTS_KEY, "")
+    lines = [line[len("echo ") :] for line in script.splitlines() if line.startswith("echo ")]
+    return parse_discovery_output("\n".join(lines))
+
+
+def pod_table(pods: list[dict[str, Any]], job: str) -> str:
+    rows = [("NAME", "INDEX", "STATUS", "NODE", "LEAVING")]
+    for pod in pods:
+        meta = pod["metadata"]
+        status = pod.get("status") or {}
+        phase = "Terminating" if meta.get("deletionTimestamp") else str(status.get("phase") or "Pending")
+        leaving = (meta.get("annotations") or {}).get(c.ANNOTATION_LEAVING_SINCE)
+        index = c.worker_index(job, meta["name"])
+        rows.append(
+            (
+                meta["name"],
+                "-" if index is None else str(index),
+                phase,
+                str((pod.get("spec") or {}).get("nodeName") or "<none>"),
+                f"since {leaving}" if leaving else "no",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+async def _status(args: argparse.Namespace) -> int:
+    ns = default_namespace(args.namespace)
+    async with client(args.kubeconfig) as kube:
+        obj = await kube.get(job_path(ns, args.job))
+        pods = await worker_pods(kube, ns, args.job)
+        try:
+            cm = await kube.get(object_path("v1", "ConfigMap", ns, c.config_map_name(args.job)))
+        except ApiError:
+            cm = {}
+    status = obj.get("status") or {}
+    spec = obj["spec"]
+    replicas = spec["mpiReplicaSpecs"].get("Worker", {}).get("replicas")
+    elastic = spec.get("elasticPolicy") or {}
+    print(f"MPIJob {ns}/{args.job}: state={status.get('state') or '-'} replicas={replicas}")
+    if elastic:
+        print(
+            f"elastic: min={elastic.get('minReplicas')} max={elastic.get('maxReplicas', '-')} "
+            f"workersToDelete={elastic.get('workersToDelete') or []}"
+        )
+    print(pod_table(pods, args.job))
+    print("discovery (discover_hosts.sh):")
+    for host, slots in discovery_from_config_map(cm):
+        print(f"  {host}:{slots}")
+    return 0

@@ -1,0 +1,108 @@
+"""`mpijob operator`, `mpijob install`, `mpijob crd`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from typing import Any
+
+from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
+from mpijob.api.crd import crd, crd_yaml
+from mpijob.executor.client import ApiError, Client
+from mpijob.runtime.operator import OperatorOptions, load_api_client
+from mpijob.runtime.operator import main as operator_main
+
+
+def _env_list(name: str) -> list[str]:
+    return [v.strip() for v in os.environ.get(name, "").split(",") if v.strip()]
+
+
+def register(subparsers: Any) -> None:
+    op = subparsers.add_parser("operator", help="run the MPIJob controller in the foreground")
+    op.add_argument("--kubeconfig", default=None, help="default: KUBECONFIG, ~/.kube/config, then in-cluster")
+    op.add_argument(
+        "--namespace",
+        action="append",
+        dest="namespaces",
+        default=_env_list("MPIJOB_NAMESPACES"),
+        help="namespace to watch (repeatable; env MPIJOB_NAMESPACES, comma-separated); default: all",
+    )
+    op.add_argument("--workers", type=int, default=int(os.environ.get("MPIJOB_WORKERS", "4")))
+    op.add_argument("--kube-api-qps", type=float, default=float(os.environ.get("MPIJOB_KUBE_API_QPS", "50")))
+    op.add_argument("--kube-api-burst", type=int, default=int(os.environ.get("MPIJOB_KUBE_API_BURST", "100")))
+    op.add_argument("--log-format", choices=("text", "json"), default=os.environ.get("MPIJOB_LOG_FORMAT", "text"))
+    op.add_argument("--log-level", default=os.environ.get("MPIJOB_LOG_LEVEL", "INFO"))
+    op.add_argument("--cluster-domain", default=os.environ.get("MPIJOB_CLUSTER_DOMAIN", ""))
+    op.add_argument(
+        "--termination-taints",
+        default=",".join(DEFAULT_TERMINATION_TAINTS),
+        help="comma-separated taint keys that mark a node as going away",
+    )
+    op.add_argument("--no-cordon-signal", action="store_true", help="do not treat a cordoned node as terminating")
+    op.add_argument("--leader-elect", action="store_true", help="hold a Lease before reconciling")
+    op.add_argument("--lock-namespace", default=os.environ.get("MPIJOB_LOCK_NAMESPACE", "mpijob-system"))
+    op.add_argument("--health-port", type=int, default=0, help="serve /healthz on this port (0: off)")
+    op.set_defaults(func=_operator)
+
+    inst = subparsers.add_parser("install", help="apply the MPIJob CRD to the current cluster")
+    inst.add_argument("--kubeconfig", default=None)
+    inst.set_defaults(func=_install)
+
+    gen = subparsers.add_parser("crd", help="print the generated CRD YAML")
+    gen.set_defaults(func=lambda args: (sys.stdout.write(crd_yaml()), 0)[1])
+
+
+def _operator(args: argparse.Namespace) -> int:
+    return operator_main(
+        OperatorOptions(
+            kubeconfig=args.kubeconfig,
+            namespaces=list(dict.fromkeys(args.namespaces)),
+            workers=args.workers,
+            qps=args.kube_api_qps,
+            burst=args.kube_api_burst,
+            log_format=args.log_format,
+            log_level=args.log_level.upper(),
+            cluster_domain=args.cluster_domain,
+            termination_taints=tuple(t.strip() for t in args.termination_taints.split(",") if t.strip()),
+            cordon_is_termination=not args.no_cordon_signal,
+            leader_elect=args.leader_elect,
+            lock_namespace=args.lock_namespace,
+            health_port=args.health_port,
+        )
+    )
+
+
+async def install_crd(kubeconfig: str | None) -> None:
+    """Creates or replaces the CRD, then waits until the API server serves it."""
+    api = await load_api_client(kubeconfig)
+    try:
+        client = Client(api)
+        body = crd()
+        path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        name = body["metadata"]["name"]
+        try:
+            current = await client.get(f"{path}/{name}")
+        except ApiError as err:
+            if err.status != 404:
+                raise
+            await client.create(path, body)
+        else:
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            await client.request("PUT", f"{path}/{name}", body)
+        for _ in range(300):
+            current = await client.get(f"{path}/{name}")
+            conds = {c["type"]: c["status"] for c in (current.get("status") or {}).get("conditions") or []}
+            if conds.get("Established") == "True":
+                return
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"CRD {name} not established after 30s")
+    finally:
+        await api.close()
+
+
+def _install(args: argparse.Namespace) -> int:
+    asyncio.run(install_crd(args.kubeconfig))
+    print("installed customresourcedefinition mpijobs.kubeflow.org")
+    return 0

@@ -1,0 +1,151 @@
+"""Applies the planner's actions to the API server, in order, stopping at the first real failure.
+
+Tolerated outcomes keep the operator idempotent under a stale cache: creating an object that already
+exists, or deleting one that is gone (or was replaced: uid precondition), is a no-op, and then the Event
+announcing it is skipped. A 409 on a write with a resourceVersion precondition means the cache was stale:
+stop and let the reconcile run again on fresh data.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from mpijob.api.constants import EVENT_SOURCE
+from mpijob.api.models import API_VERSION
+from mpijob.executor.client import ApiError, Client
+from mpijob.executor.resources import collection_path, object_path
+from mpijob.executor.sshkeys import ssh_key_pair
+from mpijob.planner.actions import Action, Create, Delete, Emit, Patch, RequeueAfter
+
+log = logging.getLogger("mpijob.executor")
+
+
+@dataclass
+class Outcome:
+    writes: int = 0
+    requeue_after: float | None = None
+    # Set when execution stopped early: the reconcile should run again soon.
+    conflict: str | None = None
+    error: Exception | None = None
+    events: list[Emit] = field(default_factory=list)
+    # resourceVersion of the MPIJob after our last write to it, if we wrote it.
+    job_resource_version: str | None = None
+
+
+class Executor:
+    def __init__(self, client: Client, *, post_events: bool = True) -> None:
+        self.client = client
+        self.post_events = post_events
+
+    async def apply(self, job: dict[str, Any], actions: list[Action]) -> Outcome:
+        meta = job.get("metadata") or {}
+        namespace = str(meta.get("namespace"))
+        job_name = str(meta.get("name"))
+        job_rv = meta.get("resourceVersion")
+        outcome = Outcome()
+        skip_next_event = False
+        for action in actions:
+            try:
+                if isinstance(action, Emit):
+                    if not skip_next_event:
+                        outcome.events.append(action)
+                        await self._event(job, action)
+                    skip_next_event = False
+                    continue
+                skip_next_event = False
+                if isinstance(action, RequeueAfter):
+                    outcome.requeue_after = action.seconds
+                elif isinstance(action, Create):
+                    skip_next_event = not await self._create(namespace, action)
+                    outcome.writes += 0 if skip_next_event else 1
+                elif isinstance(action, Patch):
+                    is_job = action.kind == "MPIJob" and action.name == job_name
+                    result = await self._patch(namespace, action, job_rv if is_job else None)
+                    outcome.writes += 1
+                    if is_job and isinstance(result, dict):
+                        # Later writes to the job in this batch build on the version we just made.
+                        job_rv = (result.get("metadata") or {}).get("resourceVersion", job_rv)
+                        outcome.job_resource_version = job_rv
+                elif isinstance(action, Delete):
+                    skip_next_event = not await self._delete(namespace, action)
+                    outcome.writes += 0 if skip_next_event else 1
+            except ApiError as err:
+                if err.status in (409, 404, 422) and isinstance(action, Patch):
+                    outcome.conflict = f"{action.kind} {action.name}: {err.status} {err.reason}"
+                else:
+                    outcome.error = err
+                log.info("stopping %s/%s after %s: %s", namespace, job_name, type(action).__name__, err)
+                return outcome
+        return outcome
+
+    async def _create(self, namespace: str, action: Create) -> bool:
+        obj = copy.deepcopy(action.obj)
+        if action.generate_ssh_keys:
+            obj["data"] = ssh_key_pair()
+        try:
+            await self.client.create(collection_path(obj["apiVersion"], obj["kind"], namespace), obj)
+        except ApiError as err:
+            if err.status == 409:  # AlreadyExists: our cache was behind, or the name is taken (planner sees it next)
+                return False
+            raise
+        return True
+
+    async def _patch(self, namespace: str, action: Patch, job_rv: Any) -> Any:
+        patch = copy.deepcopy(action.patch)
+        rv = action.resource_version
+        if rv is not None:
+            if job_rv is not None:
+                rv = job_rv
+            patch.setdefault("metadata", {})["resourceVersion"] = rv
+        path = object_path(action.api_version, action.kind, namespace, action.name, action.subresource)
+        return await self.client.merge_patch(path, patch)
+
+    async def _delete(self, namespace: str, action: Delete) -> bool:
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if action.uid:
+            options["preconditions"] = {"uid": action.uid}
+        if action.propagation:
+            options["propagationPolicy"] = action.propagation
+        try:
+            await self.client.delete(object_path(action.api_version, action.kind, namespace, action.name), options)
+        except ApiError as err:
+            if err.status in (404, 409):  # gone already, or a different object now holds the name
+                return False
+            raise
+        return True
+
+    async def _event(self, job: dict[str, Any], event: Emit) -> None:
+        log.log(logging.WARNING if event.type == "Warning" else logging.INFO, "%s: %s", event.reason, event.message)
+        if not self.post_events:
+            return
+        meta = job.get("metadata") or {}
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        namespace = str(meta.get("namespace"))
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name')}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": API_VERSION,
+                "kind": "MPIJob",
+                "name": meta.get("name"),
+                "namespace": namespace,
+                "uid": meta.get("uid"),
+            },
+            "reason": event.reason,
+            "message": event.message[:1024],
+            "type": event.type,
+            "source": {"component": EVENT_SOURCE},
+            "reportingComponent": EVENT_SOURCE,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self.client.create(collection_path("v1", "Event", namespace), body)
+        except ApiError as err:  # an Event is best effort; never fail a reconcile on it
+            log.warning("could not post event %s: %s", event.reason, err)

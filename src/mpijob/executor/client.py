@@ -1,0 +1,95 @@
+"""A small JSON client over kubernetes_asyncio's ApiClient: create, merge-patch, delete, get any kind.
+
+kubernetes_asyncio does the connection, TLS and authentication (kubeconfig or in-cluster); we call its
+generic `call_api` so one code path serves every kind and the content type of a patch is explicit.
+A token bucket keeps the operator within its QPS and burst budget on the API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client.exceptions import ApiException
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, reason: str, body: str) -> None:
+        super().__init__(f"{status} {reason}: {body[:300]}")
+        self.status = status
+        self.reason = reason
+        self.body = body
+
+
+class TokenBucket:
+    """Allows `burst` requests at once and `qps` per second on average."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps = qps
+        self.capacity = float(max(1, burst))
+        self.tokens = self.capacity
+        self.stamp = time.monotonic()
+        self.lock = asyncio.Lock()
+
+    async def take(self) -> None:
+        if self.qps <= 0:
+            return
+        async with self.lock:
+            while True:
+                now = time.monotonic()
+                self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.qps)
+                self.stamp = now
+                if self.tokens >= 1:
+                    self.tokens -= 1
+                    return
+                await asyncio.sleep((1 - self.tokens) / self.qps)
+
+
+class Client:
+    def __init__(self, api: ApiClient, qps: float = 50.0, burst: int = 100) -> None:
+        self.api = api
+        self.bucket = TokenBucket(qps, burst)
+        self.requests = 0
+        self.writes = 0
+
+    async def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json", query: Any = None
+    ) -> Any:
+        await self.bucket.take()
+        self.requests += 1
+        if method != "GET":
+            self.writes += 1
+        try:
+            response = await self.api.call_api(
+                path,
+                method,
+                query_params=query or [],
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+            )
+        except ApiException as err:
+            raise ApiError(int(err.status or 0), str(err.reason), str(err.body or "")) from None
+        raw = response[0] if isinstance(response, tuple) else response
+        data = await raw.read()
+        status = int(getattr(raw, "status", 200))
+        if not 200 <= status < 300:
+            reason = str(getattr(raw, "reason", ""))
+            raise ApiError(status, reason, data.decode(errors="replace") if isinstance(data, bytes) else str(data))
+        return json.loads(data) if data else None
+
+    async def get(self, path: str) -> Any:
+        return await self.request("GET", path)
+
+    async def create(self, path: str, obj: Any) -> Any:
+        return await self.request("POST", path, obj)
+
+    async def merge_patch(self, path: str, patch: Any) -> Any:
+        return await self.request("PATCH", path, patch, content_type="application/merge-patch+json")
+
+    async def delete(self, path: str, options: Any = None) -> Any:
+        return await self.request("DELETE", path, options)

@@ -1,0 +1,129 @@
+"""The operator's view of the cluster: kopf indexes, filled from watch streams, read to build snapshots.
+
+kopf keeps each index up to date (adds, replaces, forgets deleted objects) and holds back all event
+handlers until every index has its initial listing: so the first handler call means the cache is warm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import Any
+
+from mpijob.api import constants as c
+from mpijob.planner.snapshot import OperatorConfig, Snapshot
+
+Key = tuple[str, str]
+Obj = dict[str, Any]
+
+
+def _one(index: Any, key: Any) -> Any:
+    if index is None:
+        return None
+    store = index.get(key)
+    if not store:
+        return None
+    return next(iter(store))
+
+
+class _NamespacePods(Mapping[str, Obj]):
+    """Pods of one namespace by name, looked up in the index on demand (no copy)."""
+
+    def __init__(self, index: Any, namespace: str) -> None:
+        self.index = index
+        self.namespace = namespace
+
+    def __getitem__(self, name: str) -> Obj:
+        value = _one(self.index, (self.namespace, name))
+        if value is None:
+            raise KeyError(name)
+        result: Obj = value
+        return result
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for (ns, name) in (self.index or {}) if ns == self.namespace)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _Nodes(Mapping[str, Obj]):
+    def __init__(self, index: Any) -> None:
+        self.index = index
+
+    def __getitem__(self, name: str) -> Obj:
+        value = _one(self.index, name)
+        if value is None:
+            raise KeyError(name)
+        result: Obj = value
+        return result
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.index or {})
+
+    def __len__(self) -> int:
+        return len(self.index or {})
+
+
+class Cache:
+    INDEXES = (
+        "mpijobs",
+        "pods",
+        "pods_by_owner",
+        "pods_by_node",
+        "jobs",
+        "services",
+        "configmaps",
+        "secrets",
+        "pdbs",
+        "nodes",
+    )
+
+    def __init__(self) -> None:
+        self.indexes: dict[str, Any] = {}
+
+    @property
+    def ready(self) -> bool:
+        return len(self.indexes) == len(self.INDEXES)
+
+    def capture(self, kwargs: Mapping[str, Any]) -> None:
+        """kopf hands the (live) indexes to every handler; keep references to them."""
+        if not self.ready:
+            for name in self.INDEXES:
+                if name in kwargs:
+                    self.indexes[name] = kwargs[name]
+
+    def mpijob(self, key: Key) -> Obj | None:
+        value: Obj | None = _one(self.indexes.get("mpijobs"), key)
+        return value
+
+    def mpijob_keys(self) -> list[Key]:
+        return list(self.indexes.get("mpijobs") or {})
+
+    def _owned_pods(self, uid: str) -> list[Obj]:
+        keys = self.indexes["pods_by_owner"].get(uid) or ()
+        pods = (_one(self.indexes["pods"], k) for k in keys)
+        return [p for p in pods if p is not None]
+
+    def jobs_on_node(self, node: str) -> list[Key]:
+        return list(dict.fromkeys(self.indexes["pods_by_node"].get(node) or ()))
+
+    def snapshot(self, job: Obj, now: datetime, config: OperatorConfig) -> Snapshot:
+        meta = job["metadata"]
+        ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
+        launcher = _one(self.indexes["jobs"], (ns, c.launcher_name(name)))
+        launcher_pods = self._owned_pods(launcher["metadata"]["uid"]) if launcher else []
+        return Snapshot(
+            job=job,
+            now=now,
+            owned_pods=self._owned_pods(uid),
+            pods_by_name=_NamespacePods(self.indexes["pods"], ns),
+            launcher=launcher,
+            launcher_pods=launcher_pods,
+            service=_one(self.indexes["services"], (ns, name)),
+            config_map=_one(self.indexes["configmaps"], (ns, c.config_map_name(name))),
+            secret=_one(self.indexes["secrets"], (ns, c.secret_name(name))),
+            pdb=_one(self.indexes["pdbs"], (ns, c.pdb_name(name))),
+            nodes=_Nodes(self.indexes["nodes"]),
+            config=config,
+        )

@@ -1,0 +1,228 @@
+"""The level-triggered loop: watch events only enqueue job keys; workers reconcile a key at a time.
+
+reconcile(key) = snapshot from the cache -> plan(snapshot) -> executor.apply(actions). Only kopf's
+low-level handlers are used (`index`, `on.event`), so kopf writes nothing to the watched objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from mpijob.api import constants as c
+from mpijob.api.models import GROUP, KIND, PLURAL, VERSION
+from mpijob.executor.apply import Executor
+from mpijob.planner.plan import plan
+from mpijob.planner.snapshot import OperatorConfig
+from mpijob.runtime import slim
+from mpijob.runtime.cache import Cache, Key
+from mpijob.runtime.workqueue import WorkQueue
+
+log = logging.getLogger("mpijob.controller")
+
+# Child-name suffixes: an object named like a child of job J maps to J even when J does not own it,
+# so a conflicting object that goes away wakes its job up.
+_SUFFIXES = ("-launcher", "-config", "-ssh", "-workers")
+
+
+def _controller_ref(meta: Any) -> dict[str, Any] | None:
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller"):
+            found: dict[str, Any] = ref
+            return found
+    return None
+
+
+def _job_names_for(name: str, labels: Any, meta: Any) -> list[str]:
+    names = []
+    ref = _controller_ref(meta)
+    if ref is not None and ref.get("kind") == KIND:
+        names.append(str(ref.get("name")))
+    job_label = (labels or {}).get(c.LABEL_JOB_NAME)
+    if job_label:
+        names.append(str(job_label))
+    for suffix in _SUFFIXES:
+        if name.endswith(suffix):
+            names.append(name[: -len(suffix)])
+    head, sep, tail = name.rpartition("-worker-")
+    if sep and tail.isdigit():
+        names.append(head)
+    return list(dict.fromkeys(names))
+
+
+def _rv(obj: Any) -> int:
+    """resourceVersions are opaque, but etcd-backed servers make them increasing integers; treat
+    anything else as 0 so the staleness check simply never fires."""
+    value = (obj.get("metadata") or {}).get("resourceVersion") if isinstance(obj, dict) else obj
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+@dataclass
+class Stats:
+    reconciles: int = 0
+    writes: int = 0
+    errors: int = 0
+    conflicts: int = 0
+    reconcile_seconds: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+
+
+class Controller:
+    def __init__(
+        self,
+        executor: Executor,
+        config: OperatorConfig,
+        *,
+        workers: int = 4,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.cache = Cache()
+        self.queue = WorkQueue()
+        self.executor = executor
+        self.config = config
+        self.workers = workers
+        self.clock = clock
+        self.stats = Stats()
+        self.warm = asyncio.Event()
+        # resourceVersion we last wrote per job: a cache older than that is stale (our own watch event
+        # is on its way and will enqueue the job again), so planning on it would only cause a 409.
+        self.written: dict[Key, int] = {}
+        self.leading = asyncio.Event()
+
+    # -- watch side --------------------------------------------------------------------------------
+    def register(self, registry: kopf.OperatorRegistry) -> None:
+        cache = self.cache
+
+        def index(*resource: str, fn: Callable[..., Any], name: str) -> None:
+            fn.__name__ = name
+            kopf.index(*resource, id=name, registry=registry)(fn)
+
+        index(
+            GROUP,
+            VERSION,
+            PLURAL,
+            name="mpijobs",
+            fn=lambda namespace, name, body, **_: {(namespace, name): dict(body)},
+        )
+        index("v1", "pods", name="pods", fn=lambda namespace, name, body, **_: {(namespace, name): slim.pod(body)})
+
+        def pods_by_owner(namespace: str, name: str, meta: Any, **_: Any) -> Any:
+            ref = _controller_ref(meta)
+            return {ref["uid"]: (namespace, name)} if ref else None
+
+        def pods_by_node(namespace: str, spec: Any, labels: Any, **_: Any) -> Any:
+            node, job = spec.get("nodeName"), (labels or {}).get(c.LABEL_JOB_NAME)
+            return {node: (namespace, job)} if node and job else None
+
+        index("v1", "pods", name="pods_by_owner", fn=pods_by_owner)
+        index("v1", "pods", name="pods_by_node", fn=pods_by_node)
+        index(
+            "batch",
+            "v1",
+            "jobs",
+            name="jobs",
+            fn=lambda namespace, name, body, **_: {(namespace, name): slim.batch_job(body)},
+        )
+        for resource, idx, kind in (
+            (("v1", "services"), "services", "Service"),
+            (("v1", "configmaps"), "configmaps", "ConfigMap"),
+            (("v1", "secrets"), "secrets", "Secret"),
+            (("policy", "v1", "poddisruptionbudgets"), "pdbs", "PodDisruptionBudget"),
+        ):
+            index(
+                *resource,
+                name=idx,
+                fn=lambda namespace, name, body, _kind=kind, **_: {(namespace, name): slim.owned_object(body, _kind)},
+            )
+        index("v1", "nodes", name="nodes", fn=lambda name, body, **_: {name: slim.node(body)})
+
+        def on_event(resource: tuple[str, ...], mapper: Callable[..., list[Key]], hid: str) -> None:
+            def handler(**kwargs: Any) -> None:
+                cache.capture(kwargs)
+                if cache.ready and not self.warm.is_set():
+                    self.warm.set()
+                for key in mapper(**kwargs):
+                    self.queue.add(key)
+
+            handler.__name__ = hid
+            kopf.on.event(*resource, id=hid, registry=registry)(handler)
+
+        def job_key(namespace: str, name: str, **_: Any) -> list[Key]:
+            return [(namespace, name)]
+
+        def child_keys(namespace: str, name: str, labels: Any, meta: Any, **_: Any) -> list[Key]:
+            return [(namespace, n) for n in _job_names_for(name, labels, meta)]
+
+        def node_keys(name: str, **_: Any) -> list[Key]:
+            return cache.jobs_on_node(name) if cache.ready else []
+
+        on_event((GROUP, VERSION, PLURAL), job_key, "mpijob_events")
+        on_event(("v1", "pods"), child_keys, "pod_events")
+        on_event(("batch", "v1", "jobs"), child_keys, "job_events")
+        on_event(("v1", "services"), child_keys, "service_events")
+        on_event(("v1", "configmaps"), child_keys, "configmap_events")
+        on_event(("v1", "secrets"), child_keys, "secret_events")
+        on_event(("policy", "v1", "poddisruptionbudgets"), child_keys, "pdb_events")
+        on_event(("v1", "nodes"), node_keys, "node_events")
+
+    # -- work side ---------------------------------------------------------------------------------
+    async def reconcile(self, key: Key) -> float | None:
+        """One pass for one job. Returns seconds until the job wants another look, if it does."""
+        job = self.cache.mpijob(key)
+        if job is None:
+            self.written.pop(key, None)
+            return None
+        if _rv(job) < self.written.get(key, 0):
+            return 1.0  # fallback only: the watch event for our write normally comes first
+        started = time.perf_counter()
+        actions = plan(self.cache.snapshot(job, self.clock(), self.config))
+        outcome = await self.executor.apply(job, actions)
+        self.stats.reconciles += 1
+        self.stats.writes += outcome.writes
+        self.stats.reconcile_seconds += time.perf_counter() - started
+        if outcome.job_resource_version is not None:
+            self.written[key] = _rv(outcome.job_resource_version)
+        if outcome.error is not None:
+            raise outcome.error
+        if outcome.conflict is not None:
+            self.stats.conflicts += 1
+            log.debug("%s/%s: %s; will retry on fresh data", *key, outcome.conflict)
+            return 0.2
+        return outcome.requeue_after
+
+    async def worker(self) -> None:
+        await self.warm.wait()
+        await self.leading.wait()
+        while True:
+            key = await self.queue.get()
+            try:
+                again = await self.reconcile(key)  # type: ignore[arg-type]
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.stats.errors += 1
+                delay = self.queue.add_rate_limited(key)
+                log.exception("reconcile %s failed; retrying in %.2fs", key, delay)
+            else:
+                self.queue.forget(key)
+                if again is not None:
+                    self.queue.add_after(key, again)
+            finally:
+                self.queue.done(key)
+
+    async def run_workers(self) -> None:
+        await self.warm.wait()
+        # Everything already known gets one look at start: decisions recorded before a restart resume here.
+        for key in self.cache.mpijob_keys():
+            self.queue.add(key)
+        await asyncio.gather(*(self.worker() for _ in range(self.workers)))

@@ -1,0 +1,191 @@
+"""Runs the operator: kopf watch streams and indexes, the reconcile workers, optional Lease leader election."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kopf
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
+from mpijob.executor.apply import Executor
+from mpijob.executor.client import Client
+from mpijob.planner.snapshot import OperatorConfig
+from mpijob.runtime.controller import Controller
+
+log = logging.getLogger("mpijob.operator")
+
+
+@dataclass
+class OperatorOptions:
+    kubeconfig: str | None = None
+    namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
+    workers: int = 4
+    qps: float = 50.0
+    burst: int = 100
+    log_format: str = "text"
+    log_level: str = "INFO"
+    cluster_domain: str = ""
+    termination_taints: tuple[str, ...] = DEFAULT_TERMINATION_TAINTS
+    cordon_is_termination: bool = True
+    leader_elect: bool = False
+    lock_namespace: str = "mpijob-system"
+    health_port: int = 0
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(fmt: str, level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # kopf narrates every watch event at INFO; our own log says what matters.
+    logging.getLogger("kopf").setLevel(logging.WARNING)
+
+
+async def load_api_client(kubeconfig: str | None) -> k8s_client.ApiClient:
+    """Usual resolution: explicit path, else KUBECONFIG / ~/.kube/config, else in-cluster."""
+    cfg = k8s_client.Configuration()
+    if kubeconfig or os.environ.get("KUBECONFIG") or Path("~/.kube/config").expanduser().exists():  # noqa: ASYNC240
+        await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+    else:
+        k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    return k8s_client.ApiClient(configuration=cfg)
+
+
+def _connection_info(api: k8s_client.ApiClient) -> kopf.ConnectionInfo:
+    cfg = api.configuration
+    token = None
+    header = cfg.api_key.get("BearerToken") or cfg.api_key.get("authorization")
+    if header:
+        token = header.split(" ", 1)[-1]
+    return kopf.ConnectionInfo(
+        server=str(cfg.host),
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        token=token,
+        scheme="Bearer" if token else None,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+    )
+
+
+async def run(options: OperatorOptions, *, stop: asyncio.Event | None = None) -> Controller:
+    api = await load_api_client(options.kubeconfig)
+    executor = Executor(Client(api, qps=options.qps, burst=options.burst))
+    controller = Controller(
+        executor,
+        OperatorConfig(
+            cluster_domain=options.cluster_domain,
+            termination_taints=options.termination_taints,
+            cordon_is_termination=options.cordon_is_termination,
+        ),
+        workers=options.workers,
+    )
+    registry = kopf.OperatorRegistry()
+    controller.register(registry)
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return _connection_info(api)
+
+    settings = kopf.OperatorSettings()
+    settings.posting.enabled = False  # we post our own Events, on the MPIJob, only for decisions
+    settings.watching.server_timeout = 300
+    stop = stop or asyncio.Event()
+    liveness = f"http://0.0.0.0:{options.health_port}/healthz" if options.health_port else None
+    kopf_task = asyncio.create_task(
+        kopf.operator(
+            registry=registry,
+            settings=settings,
+            standalone=True,
+            clusterwide=not options.namespaces,
+            namespaces=options.namespaces,
+            liveness_endpoint=liveness,
+            stop_flag=stop,
+        )
+    )
+    if options.leader_elect:
+        election = asyncio.create_task(_lead(api, options, controller))
+    else:
+        controller.leading.set()
+        election = None
+    workers = asyncio.create_task(controller.run_workers())
+    log.info(
+        "operator started: namespaces=%s workers=%d qps=%s burst=%d",
+        options.namespaces or "all",
+        options.workers,
+        options.qps,
+        options.burst,
+    )
+    try:
+        await kopf_task
+    finally:
+        workers.cancel()
+        if election is not None:
+            election.cancel()
+        await asyncio.gather(workers, *([election] if election else []), return_exceptions=True)
+        controller.queue.shutdown()
+        await api.close()
+    return controller
+
+
+async def _lead(api: k8s_client.ApiClient, options: OperatorOptions, controller: Controller) -> None:
+    """Reconcile only while holding the Lease; standbys keep warm caches. Losing the lease is fatal."""
+    from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
+    from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
+
+    identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    lock = LeaseLock("mpijob-operator", options.lock_namespace, identity, api)
+
+    async def started() -> None:
+        log.info("leading as %s", identity)
+        controller.leading.set()
+
+    async def stopped() -> None:
+        log.error("lost the lease; exiting so a fresh process starts clean")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    config = electionconfig.Config(lock, 15, 10, 2, started, stopped)
+    await leaderelection.LeaderElection(config).run()
+
+
+def main(options: OperatorOptions) -> int:
+    configure_logging(options.log_format, options.log_level)
+    stop = asyncio.Event()
+
+    async def runner() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run(options, stop=stop)
+
+    asyncio.run(runner())
+    return 0

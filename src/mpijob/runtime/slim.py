@@ -1,0 +1,73 @@
+"""What the cache keeps of each object: only the fields the planner reads (memory scales with the cluster)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mpijob.api.constants import LABEL_OPERATOR_NAME
+
+_META_KEYS = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "deletionTimestamp",
+    "creationTimestamp",
+    "generation",
+)
+
+
+def _meta(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = body.get("metadata") or {}
+    return {k: meta[k] for k in _META_KEYS if k in meta}
+
+
+def pod(body: Mapping[str, Any]) -> dict[str, Any]:
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    return {
+        "metadata": _meta(body),
+        "spec": {"nodeName": spec.get("nodeName")},
+        "status": {
+            "phase": status.get("phase"),
+            "reason": status.get("reason"),
+            "message": status.get("message"),
+            "podIP": status.get("podIP"),
+            "conditions": [c for c in status.get("conditions") or [] if c.get("type") in ("Ready", "DisruptionTarget")],
+        },
+    }
+
+
+def node(body: Mapping[str, Any]) -> dict[str, Any]:
+    spec = body.get("spec") or {}
+    return {
+        "metadata": _meta(body),
+        "spec": {"taints": spec.get("taints") or [], "unschedulable": bool(spec.get("unschedulable"))},
+    }
+
+
+def batch_job(body: Mapping[str, Any]) -> dict[str, Any]:
+    spec = body.get("spec") or {}
+    template = spec.get("template") or {}
+    return {
+        "metadata": _meta(body),
+        "spec": {"suspend": spec.get("suspend"), "template": {"metadata": template.get("metadata") or {}}},
+        "status": body.get("status") or {},
+    }
+
+
+def owned_object(body: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """Services, ConfigMaps, Secrets, PDBs: the contents only for ours (never a Secret's data)."""
+    out: dict[str, Any] = {"metadata": _meta(body)}
+    ours = (out["metadata"].get("labels") or {}).get(LABEL_OPERATOR_NAME) is not None
+    if ours and kind != "Secret":
+        for key in ("spec", "data"):
+            if key in body:
+                out[key] = body[key]
+    if kind == "Secret":
+        out["dataKeys"] = sorted((body.get("data") or {}).keys())
+    return out
