@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 # Each module registers its sub-commands and sets `func` (args -> exit code) on its parsers.
-_COMMAND_MODULES = ("mpijob.cli.testbed", "mpijob.cli.operator", "mpijob.cli.elastic")
+_COMMAND_MODULES = ("mpijob.cli.testbed", "mpijob.cli.operator", "mpijob.cli.elastic", "mpijob.cli.demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,329 @@
+"""`mpijob demo`: the seed's spot-node story (kubeflow/mpi-operator#410), played on the local testbed.
+
+4 elastic workers spread over node-1 (on-demand) and node-2 (spot). node-2 gets the taint the AWS Node
+Termination Handler puts on a spot interruption notice. The operator scales the job in by exactly the two
+workers on node-2: they leave Horovod's discovery first, their pods go after the grace period, nothing is
+recreated, and node-1's workers keep running untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from mpijob.api import constants as c
+from mpijob.api.models import API_VERSION
+from mpijob.cli.elastic import pod_table
+from mpijob.cli.kube import job_path, worker_pods
+from mpijob.cli.operator import install_crd
+from mpijob.executor.client import ApiError, Client
+from mpijob.executor.resources import object_path
+from mpijob.planner.hostfile import parse_discovery_output
+from mpijob.runtime.operator import load_api_client
+from mpijob.testbed import cluster
+from mpijob.testbed.nodes import SPOT_ITN_TAINT, taint_node, untaint_node
+
+NAMESPACE = "mpijob-demo"
+JOB = "train"
+GRACE = 10
+
+
+def register(subparsers: Any) -> None:
+    demo = subparsers.add_parser("demo", help="the spot-node scale-in scenario on the local testbed")
+    demo.add_argument("--keep", action="store_true", help="leave the testbed, operator and job running")
+    demo.add_argument("--dir", default=None, help="testbed state directory (default: <repo>/.testbed)")
+    demo.set_defaults(func=_demo)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.marks: list[tuple[str, float]] = []
+
+    def now(self) -> float:
+        return time.monotonic() - self.start
+
+    def say(self, message: str) -> None:
+        print(f"[{self.now():6.1f}s] {message}", flush=True)
+
+    def mark(self, step: str, seconds: float) -> None:
+        self.marks.append((step, seconds))
+
+
+def _manifest() -> dict[str, Any]:
+    on_nodes = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1", "node-2"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "MPIJob",
+        "metadata": {"name": JOB, "namespace": NAMESPACE},
+        "spec": {
+            "slotsPerWorker": 1,
+            "elasticPolicy": {
+                "minReplicas": 2,
+                "maxReplicas": 8,
+                "nodeTerminationPolicy": "ScaleIn",
+                "scaleInGracePeriodSeconds": GRACE,
+            },
+            "mpiReplicaSpecs": {
+                "Launcher": {
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "nodeSelector": {"kubernetes.io/hostname": "node-1"},
+                            "containers": [
+                                {
+                                    "name": "launcher",
+                                    "image": "horovod/horovod:0.28.1",
+                                    "command": ["horovodrun"],
+                                    "args": [
+                                        "-np",
+                                        "4",
+                                        "--min-np",
+                                        "2",
+                                        "--max-np",
+                                        "8",
+                                        "--host-discovery-script",
+                                        "/etc/mpi/discover_hosts.sh",
+                                        "python",
+                                        "train.py",
+                                    ],
+                                }
+                            ],
+                        }
+                    },
+                },
+                "Worker": {
+                    "replicas": 4,
+                    "template": {
+                        "metadata": {"labels": {"app": "demo-worker"}},
+                        "spec": {
+                            "affinity": on_nodes,
+                            "topologySpreadConstraints": [
+                                {
+                                    "maxSkew": 1,
+                                    "topologyKey": "kubernetes.io/hostname",
+                                    "whenUnsatisfiable": "DoNotSchedule",
+                                    "labelSelector": {"matchLabels": {"app": "demo-worker"}},
+                                }
+                            ],
+                            "terminationGracePeriodSeconds": 5,
+                            "containers": [{"name": "worker", "image": "horovod/horovod:0.28.1"}],
+                        },
+                    },
+                },
+            },
+        },
+    }
+
+
+async def run_discovery(kube: Client) -> list[tuple[str, int]]:
+    """Runs discover_hosts.sh from the job's ConfigMap with `sh`, as Horovod's driver would."""
+    cm = await kube.get(object_path("v1", "ConfigMap", NAMESPACE, c.config_map_name(JOB)))
+    script = cm["data"][c.DISCOVER_HOSTS_KEY]
+    with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as handle:
+        handle.write(script)
+    try:
+        proc = await asyncio.create_subprocess_exec("sh", handle.name, stdout=asyncio.subprocess.PIPE)
+        out, _ = await proc.communicate()
+    finally:
+        os.unlink(handle.name)
+    return parse_discovery_output(out.decode())
+
+
+async def _wait(check: Any, limit: float, what: str) -> float:
+    start = time.monotonic()
+    while True:
+        if await check():
+            return time.monotonic() - start
+        if time.monotonic() - start > limit:
+            raise SystemExit(f"demo: timed out after {limit:.0f}s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+def _print_discovery(hosts: list[tuple[str, int]]) -> None:
+    for host, slots in hosts:
+        print(f"    {host}:{slots}")
+
+
+async def _scenario(kubeconfig: Path, clock: Clock) -> None:
+    api = await load_api_client(str(kubeconfig))
+    kube = Client(api, qps=0, burst=1)
+    try:
+        with contextlib.suppress(ApiError):
+            await kube.create(
+                "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+            )
+        with contextlib.suppress(ApiError):
+            await kube.delete(job_path(NAMESPACE, JOB))
+            await _wait(lambda: _gone(kube), 60, "the previous demo job to go away")
+        await untaint_node(api, "node-2")
+        await kube.create(f"/apis/{API_VERSION}/namespaces/{NAMESPACE}/mpijobs", _manifest())
+        clock.say(f"created MPIJob {NAMESPACE}/{JOB}: 4 workers, elasticPolicy minReplicas=2, ScaleIn, grace {GRACE}s")
+
+        async def all_running() -> bool:
+            pods = await worker_pods(kube, NAMESPACE, JOB)
+            return len(pods) == 4 and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
+
+        took = await _wait(all_running, 120, "4 Running workers")
+        await _wait(lambda: _discovery_size(kube, 4), 30, "4 hosts in discovery")
+        clock.mark("job created -> 4 workers Running", took)
+        clock.say(f"4 workers Running ({took:.1f}s)")
+        before = await worker_pods(kube, NAMESPACE, JOB)
+        print("\nBEFORE (the seed's table):")
+        print(pod_table(before, JOB))
+        print("  discover_hosts.sh, executed with sh:")
+        _print_discovery(await run_discovery(kube))
+        survivors = {
+            p["metadata"]["name"]: p["metadata"]["uid"] for p in before if p["spec"].get("nodeName") == "node-1"
+        }
+        doomed = sorted(p["metadata"]["name"] for p in before if p["spec"].get("nodeName") == "node-2")
+        print()
+
+        clock.say(f"node-2 gets taint {SPOT_ITN_TAINT}:NoSchedule (AWS spot interruption notice, ~2 min warning)")
+        tainted = time.monotonic()
+        await taint_node(api, "node-2")
+
+        async def replicas_lowered() -> bool:
+            job = await kube.get(job_path(NAMESPACE, JOB))
+            return bool(job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2)
+
+        took = await _wait(replicas_lowered, 60, "the operator to lower replicas")
+        clock.mark("taint -> MPIJob patched (replicas 4 -> 2, workersToDelete)", took)
+        clock.say(
+            f"operator patched the MPIJob: replicas 4 -> 2, workersToDelete {doomed} ({took:.2f}s after the taint)"
+        )
+        took = await _wait(lambda: _discovery_size(kube, 2), 60, "discovery to shrink")
+        took = time.monotonic() - tainted
+        clock.mark("taint -> workers out of discover_hosts.sh", took)
+        clock.say(
+            f"discover_hosts.sh lists only node-1's workers ({took:.2f}s after the taint); "
+            "Horovod re-forms at its next commit"
+        )
+
+        async def doomed_gone() -> bool:
+            names = {p["metadata"]["name"] for p in await worker_pods(kube, NAMESPACE, JOB)}
+            return not names & set(doomed)
+
+        await _wait(doomed_gone, 120, "node-2's workers to be deleted")
+        took = time.monotonic() - tainted
+        clock.mark(f"taint -> node-2's pods gone (grace {GRACE}s + pod termination)", took)
+        clock.say(f"node-2's workers deleted after the {GRACE}s grace period ({took:.1f}s after the taint)")
+
+        after = await worker_pods(kube, NAMESPACE, JOB)
+        print("\nAFTER:")
+        print(pod_table(after, JOB))
+        print("  discover_hosts.sh, executed with sh:")
+        _print_discovery(await run_discovery(kube))
+        job = await kube.get(job_path(NAMESPACE, JOB))
+        pending = [p["metadata"]["name"] for p in after if (p.get("status") or {}).get("phase") == "Pending"]
+        kept = all(
+            any(p["metadata"]["name"] == n and p["metadata"]["uid"] == uid for p in after)
+            for n, uid in survivors.items()
+        )
+        print(
+            f"\n  replicas: {job['spec']['mpiReplicaSpecs']['Worker']['replicas']}, "
+            f"state: {(job.get('status') or {}).get('state')}, pending pods: {len(pending)}, "
+            f"node-1 workers kept their UIDs: {'yes' if kept else 'NO'}"
+        )
+        events = await kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/events")
+        print("\n  events on the MPIJob:")
+        for event in sorted(events.get("items") or [], key=lambda e: int(e["metadata"]["resourceVersion"])):
+            if event["involvedObject"].get("name") == JOB and event["reason"] in (
+                "NodeTerminating",
+                "WorkersLeaving",
+                "SuccessfulDeletePod",
+                "WorkerRemoved",
+            ):
+                print(f"    {event['type']:7} {event['reason']:20} {event['message']}")
+        if not kept or pending:
+            raise SystemExit("demo: the outcome is not the expected one (see above)")
+    finally:
+        await api.close()
+
+
+async def _gone(kube: Client) -> bool:
+    try:
+        await kube.get(job_path(NAMESPACE, JOB))
+    except ApiError as err:
+        return err.status == 404
+    return False
+
+
+async def _discovery_size(kube: Client, size: int) -> bool:
+    try:
+        return len(await run_discovery(kube)) == size
+    except (ApiError, KeyError):
+        return False
+
+
+def _demo(args: argparse.Namespace) -> int:
+    clock = Clock()
+    print("== mpijob demo: a spot node is reclaimed under an elastic Horovod job ==", flush=True)
+    was_running = cluster.is_running(args.dir)
+    testbed = cluster.up(2, args.dir, echo=lambda m: clock.say(f"testbed: {m}"))
+    clock.mark("testbed ready (build if needed + start)", clock.now())
+    kubeconfig = testbed.kubeconfig
+    asyncio.run(install_crd(str(kubeconfig)))
+    clock.say("CRD mpijobs.kubeflow.org installed")
+    log_path = testbed.state_dir / "demo-operator.log"
+    with log_path.open("wb") as log:
+        operator = subprocess.Popen(
+            [sys.executable, "-m", "mpijob", "operator", "--kubeconfig", str(kubeconfig)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    clock.say(f"operator started (pid {operator.pid}, log {log_path})")
+    failed = False
+    try:
+        asyncio.run(_scenario(kubeconfig, clock))
+    except SystemExit as err:
+        failed = True
+        print(err, file=sys.stderr)
+    finally:
+        if not args.keep:
+            operator.terminate()
+            try:
+                operator.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                operator.kill()
+            if not was_running:
+                cluster.down(args.dir, echo=lambda m: clock.say(f"testbed: {m}"))
+            else:
+                asyncio.run(_cleanup(kubeconfig))
+    print("\nTimings:")
+    for step, seconds in clock.marks:
+        print(f"  {seconds:7.2f}s  {step}")
+    if args.keep:
+        print(f"\nKept running. export KUBECONFIG={kubeconfig}; operator pid {operator.pid}")
+    return 1 if failed else 0
+
+
+async def _cleanup(kubeconfig: Path) -> None:
+    api = await load_api_client(str(kubeconfig))
+    try:
+        await untaint_node(api, "node-2")
+        with contextlib.suppress(ApiError):
+            await Client(api).delete(f"/api/v1/namespaces/{NAMESPACE}")
+    finally:
+        await api.close()
