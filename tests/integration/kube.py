@@ -17,11 +17,11 @@ T = TypeVar("T")
 
 
 async def eventually(
-    check: Callable[[], Awaitable[T]], *, timeout: float = 60.0, interval: float = 0.2, what: str = "condition"
+    check: Callable[[], Awaitable[T]], *, within: float = 60.0, interval: float = 0.2, what: str = "condition"
 ) -> T:
     """Polls `check` until it returns something truthy. The timeout is a generous upper bound for a
     shared machine, not a performance claim."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     last: Any = None
     while True:
         try:
@@ -32,7 +32,7 @@ async def eventually(
             if last:
                 return last
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+            raise AssertionError(f"timed out after {within}s waiting for {what}; last: {last!r}")
         await asyncio.sleep(interval)
 
 
@@ -153,3 +153,22 @@ def names(pods: list[dict[str, Any]]) -> list[str]:
 
 def live(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+async def kubectl(kubeconfig: object, *args: str, check: bool = True) -> tuple[int, str]:
+    """Runs the testbed's kubectl; returns (exit code, stdout+stderr)."""
+    from mpijob.testbed.paths import resolve_bin_dir
+
+    proc = await asyncio.create_subprocess_exec(
+        str(resolve_bin_dir(None) / "kubectl"),
+        "--kubeconfig",
+        str(kubeconfig),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    text = out.decode(errors="replace")
+    if check and proc.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {text}")
+    return int(proc.returncode or 0), text

@@ -83,6 +83,7 @@ class _Planner:
         self.wake: list[float] = []
         self.conflicts: list[str] = []
         self.status_events: list[Emit] = []
+        self.last: list[Action] = []
 
     # -- helpers -----------------------------------------------------------------------------------
     def emit(self, type_: str, reason: str, message: str) -> None:
@@ -125,11 +126,15 @@ class _Planner:
                 "MPIJobCreated",
                 f"MPIJob {meta(self.job).get('namespace')}/{self.name} is created.",
             )
+        if not st.is_finished(self.status):
+            # Checked first: a job whose launcher already finished gets no new workers or children.
+            self.detect_finish()
         if st.is_finished(self.status):
             self.finished()
         else:
             self.active()
         self.write_status()
+        self.actions += self.last
         if self.wake:
             self.actions.append(RequeueAfter(max(0.0, min(self.wake))))
         return self.actions
@@ -201,9 +206,6 @@ class _Planner:
         self.ensure_launcher(wp)
         self.worker_status(wp)
         self.conflict_condition()
-        self.detect_finish(wp)
-        if st.is_finished(self.status):
-            self.finished()
 
     def record_worker_decisions(self, wp: WorkerPlan) -> None:
         patch: dict[str, Any] = {}
@@ -419,7 +421,7 @@ class _Planner:
         elif st.get_condition(self.status, st.RESOURCE_CONFLICT) is not None:
             st.set_condition(self.status, st.RESOURCE_CONFLICT, False, "Resolved", "no conflicting objects", self.now)
 
-    def detect_finish(self, wp: WorkerPlan) -> None:
+    def detect_finish(self) -> None:
         launcher = self.s.launcher
         if launcher is not None and is_owned_by(launcher, self.job):
             if condition_true(launcher, "Complete"):
@@ -469,6 +471,7 @@ class _Planner:
             st.set_condition(self.status, st.RUNNING, False, "MPIJobFinished", "MPIJob finished", self.now)
         if not self.status.get("completionTime"):
             self.status["completionTime"] = self.now
+        self.status.setdefault("replicaStatuses", {})["Launcher"] = self.launcher_status()
         policy = self.spec.run_policy.clean_pod_policy or CleanPodPolicy.NONE
         already = {a.name for a in self.actions if isinstance(a, Delete)}
         for pod in workers_of(self.s):
@@ -483,10 +486,11 @@ class _Planner:
         if ttl is not None and done is not None:
             left = (done - self.s.now).total_seconds() + ttl
             if left <= 0:
-                self.actions.append(
+                # After the status write (see run): the final status and its Event go out first.
+                self.last.append(
                     Delete(API_VERSION, "MPIJob", self.name, uid=uid_of(self.job), propagation="Background")
                 )
-                self.emit("Normal", "MPIJobDeleted", f"ttlSecondsAfterFinished ({ttl}s) expired")
+                self.last.append(Emit("Normal", "MPIJobDeleted", f"ttlSecondsAfterFinished ({ttl}s) expired"))
             else:
                 self.wake.append(left)
 
@@ -500,12 +504,22 @@ class _Planner:
                     API_VERSION,
                     "MPIJob",
                     self.name,
-                    {"status": self.status},
+                    {"status": _merge_patch_to(self.old_status, self.status)},
                     resource_version=meta(self.job).get("resourceVersion"),
                     subresource="status",
                 )
             )
             self.actions.extend(self.status_events)
+
+
+def _merge_patch_to(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """`new`, with a null for every key of `old` it lacks: a JSON merge patch keeps keys it does not name, so
+    a count that dropped to zero (omitted) would otherwise stay behind and the status would never converge."""
+    patch: dict[str, Any] = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        before = old.get(key)
+        patch[key] = _merge_patch_to(before, value) if isinstance(before, dict) and isinstance(value, dict) else value
+    return patch
 
 
 def plan(snapshot: Snapshot) -> list[Action]:

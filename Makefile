@@ -1,0 +1,46 @@
+# Entry points: `make demo` and `make test` (see README). Everything else is a step they depend on.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint unit integration testbed bench crd clean
+
+$(STAMP): pyproject.toml
+	@echo "[setup] creating $(VENV) and installing mpijob with its dev tools"
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+testbed:
+	bash testbed/build.sh
+
+demo: $(STAMP) testbed
+	$(BIN)/mpijob demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+unit: $(STAMP)
+	$(BIN)/pytest tests/unit -q
+
+integration: $(STAMP) testbed
+	$(BIN)/pytest tests/integration -q
+
+# The whole suite: static checks, unit tests, then integration tests on a real local control plane.
+test: $(STAMP) testbed lint
+	$(BIN)/pytest tests -q -p no:cacheprovider
+
+bench: $(STAMP) testbed
+	$(BIN)/python bench/run.py
+
+crd: $(STAMP)
+	$(BIN)/mpijob crd > deploy/crd/kubeflow.org_mpijobs.yaml
+
+clean:
+	-$(BIN)/mpijob testbed down
+	rm -rf $(VENV) .cache .testbed

@@ -1,0 +1,118 @@
+"""`mpijob testbed ...`: a local Kubernetes control plane with kwok fake nodes for integration tests."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from mpijob.testbed import cluster
+from mpijob.testbed.build import run_build
+from mpijob.testbed.client import kubeconfig_path
+from mpijob.testbed.errors import TestbedError
+from mpijob.testbed.paths import ENV_BIN_DIR, ENV_STATE_DIR, resolve_bin_dir
+
+
+def _echo(message: str) -> None:
+    print(message, flush=True)
+
+
+def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Turn TestbedError into a one-paragraph message and exit code 1 instead of a traceback."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return func(args)
+        except TestbedError as exc:
+            print(f"mpijob testbed: {exc}", file=sys.stderr, flush=True)
+            return 1
+
+    return run
+
+
+def _build(args: argparse.Namespace) -> int:
+    run_build(resolve_bin_dir(args.bin_dir), echo=_echo)
+    return 0
+
+
+def _up(args: argparse.Namespace) -> int:
+    tb = cluster.up(nodes=args.nodes, state_dir=args.dir, bin_dir=args.bin_dir, echo=_echo)
+    print(f"nodes: {', '.join(tb.nodes) or '(none)'}")
+    print(f"export KUBECONFIG={tb.kubeconfig}")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    cluster.down(args.dir, echo=_echo)
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    st = cluster.status(args.dir)
+    if not st.exists:
+        print(f"no testbed at {st.state_dir}")
+        return 1
+    print(f"testbed {st.state_dir}: {'running' if st.running else 'NOT running'}")
+    print(f"  API server {st.server} ({'ready' if st.ready else 'not ready'})")
+    for c in st.components:
+        state = "running" if c.running else "stopped"
+        print(f"  {c.name:<24} pid {c.pid if c.pid is not None else '-':<8} {state:<8} log {c.log}")
+    print(f"  nodes: {', '.join(st.nodes) or '-'}")
+    return 0 if st.running else 1
+
+
+def _kubeconfig(args: argparse.Namespace) -> int:
+    path = kubeconfig_path(args.dir)
+    print(path)
+    if not path.exists():
+        print(f"mpijob testbed: {path} does not exist yet; run `mpijob testbed up`", file=sys.stderr)
+        return 1
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add `testbed` and its sub-commands to the `mpijob` parser."""
+    parser = subparsers.add_parser(
+        "testbed",
+        help="local Kubernetes control plane with kwok fake nodes",
+        description=__doc__,
+    )
+    commands = parser.add_subparsers(dest="testbed_command", required=True)
+
+    def with_dir(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument(
+            "--dir",
+            default=None,
+            help=f"state directory (default: ${ENV_STATE_DIR} or <repo>/.testbed)",
+        )
+        return p
+
+    def with_bin_dir(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument(
+            "--bin-dir",
+            default=None,
+            help=f"binary directory (default: ${ENV_BIN_DIR} or <repo>/.cache/testbed/bin)",
+        )
+        return p
+
+    p = with_bin_dir(commands.add_parser("build", help="build the control-plane binaries (testbed/build.sh)"))
+    p.set_defaults(func=_guarded(_build))
+
+    p = with_bin_dir(with_dir(commands.add_parser("up", help="start the testbed (or add nodes to the running one)")))
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=cluster.DEFAULT_NODES,
+        help=f"fake nodes node-1..node-N (default {cluster.DEFAULT_NODES}); existing ones are kept",
+    )
+    p.set_defaults(func=_guarded(_up))
+
+    p = with_dir(commands.add_parser("down", help="stop every testbed process and delete the state directory"))
+    p.set_defaults(func=_guarded(_down))
+
+    p = with_dir(commands.add_parser("status", help="show components, pids and nodes (exit 1 if not running)"))
+    p.set_defaults(func=_guarded(_status))
+
+    p = with_dir(commands.add_parser("kubeconfig", help="print the path of the testbed's admin kubeconfig"))
+    p.set_defaults(func=_guarded(_kubeconfig))

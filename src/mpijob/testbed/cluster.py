@@ -1,0 +1,460 @@
+"""Bringing a whole testbed up and down: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok.
+
+Everything a testbed owns lives in its state directory (default `<repo>/.testbed`): PKI, kubeconfigs,
+etcd data, kwok's stage config, one `<component>.log` and `<component>.pid` per process, and `state.json`
+(ports and binary directory). The processes run detached, so the testbed outlives the command that
+started it; `down` finds them again through the pid files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import os
+import shutil
+import ssl
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mpijob.testbed import processes
+from mpijob.testbed.build import ensure_binaries
+from mpijob.testbed.certs import Pki, create_pki
+from mpijob.testbed.components import (
+    CLIENTS,
+    COMPONENTS,
+    KUBERNETES_SERVICE_IP,
+    Ports,
+    apiserver_url,
+    command,
+    health_url,
+)
+from mpijob.testbed.errors import TestbedError
+from mpijob.testbed.kubeconfigs import kubeconfig_dict, write_kubeconfig
+from mpijob.testbed.nodes import node_index, node_manifest, node_name
+from mpijob.testbed.paths import Layout, resolve_bin_dir, resolve_state_dir
+from mpijob.testbed.ports import free_ports
+from mpijob.testbed.rest import Rest, get_status, tls_context
+from mpijob.testbed.stages import render_config
+
+Echo = Callable[[str], None]
+
+DEFAULT_NODES = 4
+
+# Start-up limits per component. Generous: a cold API server on two busy cores needs ~10-20 s.
+_HEALTH_TIMEOUT = {
+    "etcd": 30.0,
+    "kube-apiserver": 120.0,
+    "kube-controller-manager": 60.0,
+    "kube-scheduler": 60.0,
+    "kwok": 60.0,
+}
+_READY_TIMEOUT = 120.0
+_STATE_VERSION = 1
+# Taints the node-lifecycle controller keeps on a node kwok has not (yet) reported Ready.
+_NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+@dataclass(frozen=True)
+class Testbed:
+    """A running testbed, as `up` returns it."""
+
+    state_dir: Path
+    kubeconfig: Path
+    server: str
+    ports: Ports
+    nodes: tuple[str, ...]
+    # False when `up` found it already running and only made sure of the nodes.
+    started: bool
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    name: str
+    pid: int | None
+    running: bool
+    log: Path
+
+
+@dataclass(frozen=True)
+class Status:
+    state_dir: Path
+    exists: bool
+    server: str | None
+    components: tuple[ComponentStatus, ...]
+    ready: bool
+    nodes: tuple[str, ...]
+
+    @property
+    def running(self) -> bool:
+        return self.exists and self.ready and all(c.running for c in self.components)
+
+
+def _say(echo: Echo, message: str) -> None:
+    echo(f"[testbed] {message}")
+
+
+def _log_tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return "(no log file)"
+    return "\n".join("    " + line for line in text[-lines:])
+
+
+# --- state directory ------------------------------------------------------------------------------
+
+
+def _prepare_dir(layout: Layout) -> None:
+    root = layout.root
+    if root.exists() and not layout.marker.exists() and any(root.iterdir()):
+        raise TestbedError(f"{root} exists, is not empty and is not a testbed directory; choose another --dir")
+    root.mkdir(parents=True, exist_ok=True)
+    layout.marker.touch()
+
+
+@contextlib.contextmanager
+def _locked(layout: Layout) -> Iterator[None]:
+    """Serialises `up`/`down` on one state directory (two pytest sessions starting at once, say)."""
+    with open(layout.lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _load_state(layout: Layout) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(layout.state_file.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return data if data.get("version") == _STATE_VERSION else None
+
+
+def _state_ports(state: dict[str, Any]) -> Ports:
+    return Ports.from_json(state["ports"])
+
+
+def _state_bin_dir(state: dict[str, Any] | None) -> Path:
+    return Path(state["bin_dir"]) if state and state.get("bin_dir") else resolve_bin_dir(None)
+
+
+def _wipe(layout: Layout) -> None:
+    """Empty the state directory, keeping only the marker and the lock we hold."""
+    for entry in layout.root.iterdir():
+        if entry in (layout.marker, layout.lock):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+# --- processes ------------------------------------------------------------------------------------
+
+
+def _component_pid(layout: Layout, component: str, bin_dir: Path) -> tuple[int | None, bool]:
+    pid = processes.read_pid(layout.pid(component))
+    return pid, pid is not None and processes.is_running(pid, bin_dir / component)
+
+
+def _stop_all(layout: Layout, bin_dir: Path, echo: Echo) -> int:
+    """Stop every component, newest first; returns how many were running. Processes whose pid file is
+    gone are still found through their command line, which always names the state directory."""
+    stopped = 0
+    for component in reversed(COMPONENTS):
+        pid = processes.read_pid(layout.pid(component))
+        if pid is None:
+            continue
+        if processes.stop_group(pid, bin_dir / component):
+            _say(echo, f"stopped {component} (pid {pid})")
+            stopped += 1
+        layout.pid(component).unlink(missing_ok=True)
+    for pid, binary in _stragglers(layout).items():
+        if processes.stop_group(pid, binary):
+            _say(echo, f"stopped stray {binary.name} (pid {pid})")
+            stopped += 1
+    return stopped
+
+
+def _stragglers(layout: Layout) -> dict[int, Path]:
+    return processes.find_processes(f"{layout.root}{os.sep}", COMPONENTS)
+
+
+def _pki(layout: Layout) -> Pki:
+    return Pki(layout.pki)
+
+
+def _admin_context(layout: Layout) -> ssl.SSLContext:
+    pki = _pki(layout)
+    return tls_context(pki.ca_cert, pki.client_cert("admin"), pki.client_key("admin"))
+
+
+def _admin_rest(layout: Layout, ports: Ports) -> Rest:
+    return Rest(apiserver_url(ports), _admin_context(layout))
+
+
+def _apiserver_ready(layout: Layout, ports: Ports) -> bool:
+    try:
+        ctx = _admin_context(layout)
+    except (OSError, ssl.SSLError):
+        return False
+    return get_status(health_url("kube-apiserver", ports), ctx) == 200
+
+
+def _wait_healthy(component: str, *, pid: int, url: str, ctx: ssl.SSLContext | None, log: Path) -> None:
+    timeout = _HEALTH_TIMEOUT[component]
+    deadline = time.monotonic() + timeout
+    last: int | None = None
+    while True:
+        if processes.has_exited(pid):
+            raise TestbedError(f"{component} exited during start-up; see {log}\n{_log_tail(log)}")
+        last = get_status(url, ctx)
+        if last == 200:
+            return
+        if time.monotonic() >= deadline:
+            answer = f"HTTP {last}" if last is not None else "no answer"
+            raise TestbedError(
+                f"{component} not healthy after {timeout:.0f}s ({url}: {answer}); see {log}\n{_log_tail(log)}"
+            )
+        time.sleep(0.2)
+
+
+def _start(component: str, *, layout: Layout, bin_dir: Path, ports: Ports, echo: Echo) -> None:
+    started = time.monotonic()
+    pki = _pki(layout)
+    argv = command(component, bin_dir=bin_dir, layout=layout, pki=pki, ports=ports)
+    env = dict(os.environ)
+    if component == "kwok":
+        env["HOME"] = str(layout.kwok_home)
+    log = layout.log(component)
+    pid = processes.spawn(argv, log_path=log, pid_path=layout.pid(component), env=env)
+    ctx: ssl.SSLContext | None = None
+    if component != "etcd" and component != "kwok":
+        ctx = _admin_context(layout)
+    _wait_healthy(component, pid=pid, url=health_url(component, ports), ctx=ctx, log=log)
+    _say(echo, f"{component} healthy (pid {pid}, {time.monotonic() - started:.1f}s, log {log})")
+
+
+# --- API objects ----------------------------------------------------------------------------------
+
+
+def _wait_for(what: str, check: Callable[[], bool], timeout: float, hint: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() >= deadline:
+            raise TestbedError(f"timed out after {timeout:.0f}s waiting for {what}; {hint}")
+        time.sleep(0.25)
+
+
+def _node_ready(node: dict[str, Any]) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    taints = (node.get("spec") or {}).get("taints") or []
+    return ready and not any(t.get("key") in _NOT_READY_TAINTS for t in taints)
+
+
+def _list_nodes(rest: Rest) -> dict[str, dict[str, Any]]:
+    code, body = rest.get("/api/v1/nodes")
+    if code != 200:
+        raise TestbedError(f"listing nodes failed: HTTP {code}: {body}")
+    return {item["metadata"]["name"]: item for item in body.get("items", [])}
+
+
+def _sorted_names(nodes: dict[str, Any]) -> tuple[str, ...]:
+    # node-2 before node-10; other names after the testbed's own.
+    def key(name: str) -> tuple[int, str]:
+        index = node_index(name)
+        return (index if index is not None else sys.maxsize, name)
+
+    return tuple(sorted(nodes, key=key))
+
+
+def ensure_nodes(rest: Rest, count: int, layout: Layout, echo: Echo) -> tuple[str, ...]:
+    """Create whichever of node-1..node-<count> is missing (never deletes any) and wait until they are
+    Ready and free of the not-ready taint, i.e. schedulable."""
+    wanted = [node_name(i) for i in range(1, count + 1)]
+    existing = _list_nodes(rest)
+    created = []
+    for name in wanted:
+        if name in existing:
+            continue
+        code, body = rest.post("/api/v1/nodes", node_manifest(name))
+        if code not in (201, 409):
+            raise TestbedError(f"creating node {name} failed: HTTP {code}: {body}")
+        created.append(name)
+    if created:
+        _say(echo, f"created {', '.join(created)}; waiting for them to be Ready")
+    started = time.monotonic()
+
+    def all_ready() -> bool:
+        nodes = _list_nodes(rest)
+        return all(name in nodes and _node_ready(nodes[name]) for name in wanted)
+
+    hint = f"kwok marks nodes Ready ({layout.log('kwok')}), the node-lifecycle controller removes the "
+    hint += f"not-ready taint ({layout.log('kube-controller-manager')})"
+    _wait_for(f"nodes {', '.join(wanted)} to be Ready", all_ready, _READY_TIMEOUT, hint)
+    if created:
+        _say(echo, f"nodes Ready ({time.monotonic() - started:.1f}s)")
+    return _sorted_names(_list_nodes(rest))
+
+
+def _wait_default_service_account(rest: Rest, layout: Layout) -> None:
+    # The serviceaccount controller creates it; pods cannot be created in a namespace before it exists.
+    _wait_for(
+        "the default ServiceAccount",
+        lambda: rest.get("/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
+        60.0,
+        f"see {layout.log('kube-controller-manager')}",
+    )
+
+
+# --- public API -----------------------------------------------------------------------------------
+
+
+def status(state_dir: str | os.PathLike[str] | None = None) -> Status:
+    """What runs at `state_dir`; never changes anything."""
+    layout = Layout(resolve_state_dir(state_dir))
+    state = _load_state(layout)
+    bin_dir = _state_bin_dir(state)
+    components = []
+    for component in COMPONENTS:
+        pid, running = _component_pid(layout, component, bin_dir)
+        components.append(ComponentStatus(component, pid, running, layout.log(component)))
+    if state is None:
+        return Status(layout.root, False, None, tuple(components), False, ())
+    ports = _state_ports(state)
+    apiserver = components[COMPONENTS.index("kube-apiserver")]
+    ready = apiserver.running and _apiserver_ready(layout, ports)
+    nodes: tuple[str, ...] = ()
+    if ready:
+        with contextlib.suppress(TestbedError, OSError):
+            nodes = _sorted_names(_list_nodes(_admin_rest(layout, ports)))
+    return Status(layout.root, True, apiserver_url(ports), tuple(components), ready, nodes)
+
+
+def is_running(state_dir: str | os.PathLike[str] | None = None) -> bool:
+    """True when every component of the testbed at `state_dir` runs and the API server is ready."""
+    layout = Layout(resolve_state_dir(state_dir))
+    if not layout.state_file.exists():
+        return False
+    return status(state_dir).running
+
+
+def up(
+    nodes: int = DEFAULT_NODES,
+    state_dir: str | os.PathLike[str] | None = None,
+    bin_dir: str | os.PathLike[str] | None = None,
+    *,
+    echo: Echo = print,
+) -> Testbed:
+    """Start a testbed with `nodes` fake nodes, or make sure the one already running has them.
+
+    Builds the binaries when missing. A directory holding a stopped or half-dead testbed is cleaned
+    (remaining processes stopped, files removed) and started afresh. On failure every process started
+    is stopped again; the logs stay for inspection and the error names the failing component's log.
+    """
+    if nodes < 0:
+        raise TestbedError("--nodes must be 0 or more")
+    layout = Layout(resolve_state_dir(state_dir))
+    _prepare_dir(layout)
+    with _locked(layout):
+        state = _load_state(layout)
+        if state is not None:
+            ports = _state_ports(state)
+            old_bins = _state_bin_dir(state)
+            alive = [c for c in COMPONENTS if _component_pid(layout, c, old_bins)[1]]
+            if len(alive) == len(COMPONENTS) and _apiserver_ready(layout, ports):
+                _say(echo, f"already running at {layout.root} (API server {apiserver_url(ports)})")
+                names = ensure_nodes(_admin_rest(layout, ports), nodes, layout, echo)
+                return Testbed(layout.root, layout.kubeconfig, apiserver_url(ports), ports, names, False)
+        leftovers = any(layout.pid(c).exists() for c in COMPONENTS) or bool(_stragglers(layout))
+        if state is not None or leftovers:
+            _say(echo, f"found a stopped or broken testbed in {layout.root}; cleaning it up")
+            _stop_all(layout, _state_bin_dir(state), echo)
+            _wipe(layout)
+        return _start_fresh(layout, resolve_bin_dir(bin_dir), nodes, echo)
+
+
+def _start_fresh(layout: Layout, bin_dir: Path, nodes: int, echo: Echo) -> Testbed:
+    ensure_binaries(bin_dir, echo=echo)
+    started = time.monotonic()
+    ports = Ports(*free_ports(6))
+    _say(echo, f"starting in {layout.root} (API server port {ports.apiserver})")
+    pki = create_pki(layout.pki, apiserver_ips=[KUBERNETES_SERVICE_IP], clients=CLIENTS)
+    server = apiserver_url(ports)
+    write_kubeconfig(
+        layout.kubeconfig,
+        kubeconfig_dict(
+            server,
+            ca=pki.ca_cert,
+            cert=pki.client_cert("admin"),
+            key=pki.client_key("admin"),
+            user=CLIENTS["admin"].user,
+            embed=True,
+        ),
+    )
+    for component in ("kube-controller-manager", "kube-scheduler", "kwok"):
+        write_kubeconfig(
+            layout.component_kubeconfig(component),
+            kubeconfig_dict(
+                server,
+                ca=pki.ca_cert,
+                cert=pki.client_cert(component),
+                key=pki.client_key(component),
+                user=CLIENTS[component].user,
+                embed=False,
+            ),
+        )
+    layout.kwok_config.write_text(render_config())
+    layout.kwok_home.mkdir(exist_ok=True)
+    state = {
+        "version": _STATE_VERSION,
+        "bin_dir": str(bin_dir),
+        "ports": ports.to_json(),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+    layout.state_file.write_text(json.dumps(state, indent=2) + "\n")
+    try:
+        for component in COMPONENTS:
+            _start(component, layout=layout, bin_dir=bin_dir, ports=ports, echo=echo)
+        rest = _admin_rest(layout, ports)
+        _wait_default_service_account(rest, layout)
+        names = ensure_nodes(rest, nodes, layout, echo)
+    except BaseException:
+        # Leave no half-started control plane behind; the logs stay for the error message's pointers.
+        with contextlib.suppress(TestbedError):
+            _stop_all(layout, bin_dir, echo)
+        raise
+    _say(echo, f"up in {time.monotonic() - started:.1f}s; kubeconfig: {layout.kubeconfig}")
+    return Testbed(layout.root, layout.kubeconfig, server, ports, names, True)
+
+
+def down(state_dir: str | os.PathLike[str] | None = None, *, echo: Echo = print) -> bool:
+    """Stop every process of the testbed at `state_dir` and delete the directory.
+
+    Returns False when there was no testbed there. Raises TestbedError when a process cannot be stopped
+    or the directory is not a testbed directory.
+    """
+    layout = Layout(resolve_state_dir(state_dir))
+    if not layout.root.exists():
+        _say(echo, f"no testbed at {layout.root}")
+        return False
+    if not layout.marker.exists():
+        raise TestbedError(f"{layout.root} is not a testbed directory (no {layout.marker.name}); not touching it")
+    with _locked(layout):
+        state = _load_state(layout)
+        bin_dir = _state_bin_dir(state)
+        stopped = _stop_all(layout, bin_dir, echo)
+        survivors = _stragglers(layout)
+        if survivors:
+            raise TestbedError(f"still running after stop: {survivors}")
+        shutil.rmtree(layout.root)
+    _say(echo, f"down: stopped {stopped} process(es), removed {layout.root}")
+    return True

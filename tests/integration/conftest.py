@@ -1,0 +1,134 @@
+"""Integration-test harness: one cluster for the whole pytest session.
+
+* `testbed` (session): brings up the local testbed (4 kwok nodes) at the default state directory, or
+  reuses the one already running there. It is left running afterwards when it was already running
+  before the session, or when MPIJOB_KEEP_TESTBED=1; otherwise it is brought down at the end.
+  With MPIJOB_TEST_KUBECONFIG set, no testbed is started and that cluster is used instead (the
+  fixture then yields None; testbed-only helpers such as complete_pod need kwok and will not work).
+* `kubeconfig` (session): path of the kubeconfig the tests use.
+* `api` (session): a kubernetes_asyncio ApiClient for it.
+* `namespace` (function): a fresh namespace per test, deleted afterwards without waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from kube import Kube
+from kubernetes_asyncio.client import ApiClient, CoreV1Api
+from kubernetes_asyncio.client.exceptions import ApiException
+from operator_harness import OperatorProcess
+
+from mpijob.cli.operator import install_crd
+from mpijob.executor.client import Client
+from mpijob.testbed import cluster
+from mpijob.testbed.client import load_api_client
+from mpijob.testbed.paths import resolve_state_dir
+from mpijob.testbed.waiting import wait_until
+
+ENV_TEST_KUBECONFIG = "MPIJOB_TEST_KUBECONFIG"
+ENV_KEEP_TESTBED = "MPIJOB_KEEP_TESTBED"
+TESTBED_NODES = 4
+TEST_NAMESPACE_LABEL = "testbed.mpijob.io/test"
+
+
+def _echo(message: str) -> None:
+    # stderr, so the start-up progress shows with `-s` and in the captured output of a failing test.
+    print(message, file=sys.stderr, flush=True)
+
+
+@pytest.fixture(scope="session")
+def testbed() -> Iterator[cluster.Testbed | None]:
+    if os.environ.get(ENV_TEST_KUBECONFIG):
+        yield None
+        return
+    state_dir = resolve_state_dir(None)
+    was_running = cluster.is_running(state_dir)
+    started = cluster.up(nodes=TESTBED_NODES, state_dir=state_dir, echo=_echo)
+    try:
+        yield started
+    finally:
+        if started.started and not was_running and os.environ.get(ENV_KEEP_TESTBED) != "1":
+            cluster.down(state_dir, echo=_echo)
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(testbed: cluster.Testbed | None) -> Path:
+    if testbed is None:
+        return Path(os.environ[ENV_TEST_KUBECONFIG])
+    return testbed.kubeconfig
+
+
+@pytest.fixture(scope="session")
+async def api(kubeconfig: Path) -> AsyncIterator[ApiClient]:
+    client = await load_api_client(kubeconfig)
+    async with client:
+        yield client
+
+
+def _namespace_name(test_name: str) -> str:
+    # DNS-1123 label (63 chars max) that still says which test made it.
+    stem = re.sub(r"[^a-z0-9-]+", "-", test_name.lower()).strip("-")[:48].rstrip("-")
+    return f"{stem}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+async def namespace(api: ApiClient, request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    v1 = CoreV1Api(api)
+    name = _namespace_name(request.node.name)
+    await v1.create_namespace({"metadata": {"name": name, "labels": {TEST_NAMESPACE_LABEL: "true"}}})
+
+    async def default_service_account() -> bool:
+        # Pods are rejected until the serviceaccount controller has created the namespace's default SA.
+        try:
+            await v1.read_namespaced_service_account("default", name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    await wait_until(default_service_account, what=f"ServiceAccount {name}/default", within=60)
+    yield name
+    try:
+        await v1.delete_namespace(name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+# -- the operator under test -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def operator(
+    kubeconfig: Path, testbed: cluster.Testbed | None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """One `mpijob operator` process for the session, after the CRD is installed. Tests may kill and
+    restart it; whatever state it is in, the next test gets it running."""
+    asyncio.run(install_crd(str(kubeconfig)))
+    log_dir = testbed.state_dir if testbed is not None else tmp_path_factory.mktemp("operator")
+    proc = OperatorProcess(kubeconfig, log_dir)
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def running_operator(operator: OperatorProcess) -> OperatorProcess:
+    if not operator.alive():
+        operator.start()
+    return operator
+
+
+@pytest.fixture
+async def kube(api: ApiClient, namespace: str, running_operator: OperatorProcess) -> Kube:
+    """Accessors for the test's namespace, with the operator running."""
+    return Kube(Client(api, qps=0, burst=1), namespace)
