@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,12 @@ def _connection_info(api: k8s_client.ApiClient) -> kopf.ConnectionInfo:
     )
 
 
-async def run(options: OperatorOptions, *, stop: asyncio.Event | None = None) -> Controller:
+async def run(
+    options: OperatorOptions,
+    *,
+    stop: asyncio.Event | None = None,
+    started: Callable[[Controller], None] | None = None,
+) -> Controller:
     api = await load_api_client(options.kubeconfig)
     executor = Executor(Client(api, qps=options.qps, burst=options.burst))
     controller = Controller(
@@ -111,6 +117,8 @@ async def run(options: OperatorOptions, *, stop: asyncio.Event | None = None) ->
     )
     registry = kopf.OperatorRegistry()
     controller.register(registry)
+    if started is not None:
+        started(controller)
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:

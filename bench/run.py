@@ -1,0 +1,318 @@
+"""Benchmarks: planner cost (pure), and the operator on the local testbed (start-up, steady-state writes,
+node-termination reaction, memory). Prints a Markdown report; `--json PATH` also writes raw figures.
+
+    .venv/bin/python bench/run.py                      # everything (starts a testbed in .cache/bench-testbed)
+    .venv/bin/python bench/run.py --planner-only       # no cluster
+    .venv/bin/python bench/run.py --jobs 20 --workers 4
+
+Figures are from one run on a shared 2-core machine: read them as orders of magnitude.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import platform
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from mpijob.api import constants as c
+from mpijob.api.models import API_VERSION
+from mpijob.executor.client import ApiError, Client
+from mpijob.executor.resources import collection_path, object_path
+from mpijob.planner.plan import plan
+from mpijob.planner.snapshot import Snapshot
+from mpijob.runtime.controller import Controller
+from mpijob.runtime.operator import OperatorOptions, load_api_client, run
+from mpijob.testbed import cluster, create_node, delete_node, taint_node
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- planner (pure) ----------------------------------------------------------------------------------
+def _job(workers: int) -> dict[str, Any]:
+    tmpl = {"spec": {"containers": [{"name": "w", "image": "x"}]}}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "MPIJob",
+        "metadata": {"name": "bench", "namespace": "ns", "uid": "job-uid", "resourceVersion": "10"},
+        "spec": {
+            "elasticPolicy": {"minReplicas": 1, "maxReplicas": workers},
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": tmpl},
+                "Worker": {"replicas": workers, "template": tmpl},
+            },
+        },
+    }
+
+
+def _converged_snapshot(workers: int) -> Snapshot:
+    """Plans a job to convergence in memory (objects as the API server would return them)."""
+    from mpijob.planner.actions import Create, Patch
+
+    job = _job(workers)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    snap = Snapshot(job=job, now=now)
+    objs: dict[str, dict[str, Any]] = {}
+    status: dict[str, Any] = {}
+    for _ in range(3):
+        job["status"] = status
+        pods = [o for o in objs.values() if o["kind"] == "Pod"]
+        nodes = {f"n{i}": {"metadata": {"name": f"n{i}"}, "spec": {}} for i in range(max(1, workers // 4))}
+        snap = Snapshot(
+            job=job,
+            now=now,
+            owned_pods=pods,
+            pods_by_name={p["metadata"]["name"]: p for p in pods},
+            service=objs.get("Service"),
+            config_map=objs.get("ConfigMap"),
+            secret=objs.get("Secret"),
+            pdb=objs.get("PodDisruptionBudget"),
+            launcher=objs.get("Job"),
+            nodes=nodes,
+        )
+        for action in plan(snap):
+            if isinstance(action, Create):
+                obj = json.loads(json.dumps(action.obj))
+                obj["metadata"]["uid"] = f"uid-{obj['metadata']['name']}"
+                obj["metadata"]["resourceVersion"] = "1"
+                if obj["kind"] == "Pod":
+                    index = c.worker_index("bench", obj["metadata"]["name"]) or 0
+                    obj["spec"]["nodeName"] = f"n{index % len(nodes)}"
+                    obj["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+                    objs[obj["metadata"]["name"]] = obj
+                else:
+                    objs[obj["kind"]] = obj
+            elif isinstance(action, Patch) and action.subresource == "status":
+                status = action.patch["status"]
+            elif isinstance(action, Patch) and action.kind in objs:
+                objs[action.kind].update(action.patch)
+    job["status"] = status
+    return snap
+
+
+def bench_planner(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
+    rows = []
+    for workers in sizes:
+        snap = _converged_snapshot(workers)
+        writes = [a for a in plan(snap) if type(a).__name__ in ("Create", "Patch", "Delete")]
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            plan(snap)
+            times.append(time.perf_counter() - start)
+        # The same job right after a quarter of its nodes got a termination taint.
+        tainted = dict(snap.nodes)
+        for name in list(tainted)[: max(1, len(tainted) // 4)]:
+            tainted[name] = {"metadata": {"name": name}, "spec": {"taints": [{"key": "karpenter.sh/disrupted"}]}}
+        snap2 = Snapshot(**{**snap.__dict__, "nodes": tainted})
+        times2 = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            plan(snap2)
+            times2.append(time.perf_counter() - start)
+        rows.append(
+            {
+                "workers": workers,
+                "steady_plan_us_median": statistics.median(times) * 1e6,
+                "steady_writes": len(writes),
+                "termination_plan_us_median": statistics.median(times2) * 1e6,
+            }
+        )
+    return rows
+
+
+# -- operator on the testbed ---------------------------------------------------------------------------
+def _rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _bench_job(name: str, workers: int, nodes: list[str]) -> dict[str, Any]:
+    tmpl = {
+        "metadata": {"labels": {"bench": name}},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}
+                        ]
+                    }
+                }
+            },
+            "topologySpreadConstraints": [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": "kubernetes.io/hostname",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"bench": name}},
+                }
+            ],
+            "containers": [{"name": "w", "image": "x"}],
+        },
+    }
+    launcher = {
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": nodes[0]}, "containers": [{"name": "l", "image": "x"}]}
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "MPIJob",
+        "metadata": {"name": name},
+        "spec": {
+            "elasticPolicy": {"minReplicas": 1, "maxReplicas": workers, "scaleInGracePeriodSeconds": 0},
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": launcher},
+                "Worker": {"replicas": workers, "template": tmpl},
+            },
+        },
+    }
+
+
+async def _wait(check: Any, limit: float, what: str) -> float:
+    start = time.monotonic()
+    while not await check():
+        if time.monotonic() - start > limit:
+            raise RuntimeError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+    return time.monotonic() - start
+
+
+async def bench_operator(kubeconfig: Path, jobs: int, workers: int, idle: float) -> dict[str, Any]:
+    holder: dict[str, Controller] = {}
+    stop = asyncio.Event()
+    rss_start = _rss_mib()
+    op = asyncio.create_task(
+        run(
+            OperatorOptions(kubeconfig=str(kubeconfig), log_level="WARNING"),
+            stop=stop,
+            started=lambda ctl: holder.setdefault("c", ctl),
+        )
+    )
+    api = await load_api_client(str(kubeconfig))
+    kube = Client(api, qps=0, burst=1)
+    ns = f"bench-{int(time.time())}"
+    node_a, node_b = f"{ns}-a", f"{ns}-b"
+    out: dict[str, Any] = {"jobs": jobs, "workers_per_job": workers}
+    try:
+        await _wait(lambda: asyncio.sleep(0, result="c" in holder and holder["c"].warm.is_set()), 60, "operator warm")
+        ctl = holder["c"]
+        await kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        for node in (node_a, node_b):
+            await create_node(api, node, labels={"node.kubernetes.io/capacity-type": "spot"})
+        await asyncio.sleep(1.0)
+        writes0, reconciles0 = ctl.stats.writes, ctl.stats.reconciles
+        for i in range(jobs):
+            await kube.create(
+                collection_path(API_VERSION, "MPIJob", ns), _bench_job(f"job-{i}", workers, [node_a, node_b])
+            )
+
+        async def all_running() -> bool:
+            items = (await kube.get(collection_path(API_VERSION, "MPIJob", ns))).get("items") or []
+            return len(items) == jobs and all((j.get("status") or {}).get("state") == "Running" for j in items)
+
+        out["create_to_all_running_s"] = await _wait(all_running, 600, "all jobs Running")
+        await asyncio.sleep(2.0)  # let trailing status writes land
+        out["writes_to_converge_per_job"] = (ctl.stats.writes - writes0) / jobs
+        out["reconciles_to_converge_per_job"] = (ctl.stats.reconciles - reconciles0) / jobs
+        writes1 = ctl.stats.writes
+        await asyncio.sleep(idle)
+        out["steady_idle_s"] = idle
+        out["steady_writes"] = ctl.stats.writes - writes1
+        out["rss_mib_with_jobs"] = _rss_mib()
+        out["rss_mib_at_start"] = rss_start
+
+        # Node termination: every job has about half its workers on node b.
+        writes2 = ctl.stats.writes
+        tainted = time.monotonic()
+        await taint_node(api, node_b)
+
+        async def all_patched() -> bool:
+            items = (await kube.get(collection_path(API_VERSION, "MPIJob", ns))).get("items") or []
+            return all(j["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] < workers for j in items)
+
+        out["taint_to_all_jobs_scaled_in_s"] = await _wait(all_patched, 300, "all jobs patched")
+
+        async def discovery_shrunk() -> bool:
+            for i in range(jobs):
+                cm = await kube.get(object_path("v1", "ConfigMap", ns, c.config_map_name(f"job-{i}")))
+                if node_b in json.dumps(cm["data"]) or cm["data"][c.DISCOVER_HOSTS_KEY].count("echo") >= workers:
+                    return False
+            return True
+
+        await _wait(discovery_shrunk, 300, "discovery")
+        out["taint_to_all_discovery_updated_s"] = time.monotonic() - tainted
+        await asyncio.sleep(3.0)
+        out["writes_for_scale_in_per_job"] = (ctl.stats.writes - writes2) / jobs
+        out["operator_errors"] = ctl.stats.errors
+        out["operator_conflicts"] = ctl.stats.conflicts
+        out["api_requests_total"] = ctl.executor.client.requests
+    finally:
+        with contextlib.suppress(ApiError):
+            await kube.delete(f"/api/v1/namespaces/{ns}")
+        for node in (node_a, node_b):
+            await delete_node(api, node)
+        await api.close()
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(op, 30)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--planner-only", action="store_true")
+    parser.add_argument("--jobs", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--idle", type=float, default=20.0)
+    parser.add_argument("--repeat", type=int, default=200)
+    parser.add_argument("--dir", default=str(ROOT / ".cache" / "bench-testbed"))
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    report: dict[str, Any] = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+    }
+    report["planner"] = bench_planner([4, 64, 512], args.repeat)
+    print("## Planner (pure, no cluster)\n")
+    print("| workers | plan() steady, median µs | writes in steady state | plan() after node taint, median µs |")
+    print("|---|---|---|---|")
+    for row in report["planner"]:
+        print(
+            f"| {row['workers']} | {row['steady_plan_us_median']:.0f} | {row['steady_writes']} | "
+            f"{row['termination_plan_us_median']:.0f} |"
+        )
+    if not args.planner_only:
+        was_running = cluster.is_running(args.dir)
+        testbed = cluster.up(2, args.dir, echo=lambda m: print(m, file=sys.stderr))
+        try:
+            from mpijob.cli.operator import install_crd
+
+            asyncio.run(install_crd(str(testbed.kubeconfig)))
+            report["operator"] = asyncio.run(bench_operator(testbed.kubeconfig, args.jobs, args.workers, args.idle))
+        finally:
+            if not was_running:
+                cluster.down(args.dir, echo=lambda m: print(m, file=sys.stderr))
+        o = report["operator"]
+        print(f"\n## Operator on the testbed ({o['jobs']} elastic jobs x {o['workers_per_job']} workers)\n")
+        print("| measure | value |\n|---|---|")
+        for key, value in o.items():
+            print(f"| {key} | {value:.2f} |" if isinstance(value, float) else f"| {key} | {value} |")
+    print(f"\ncommand: {report['command']}  ({report['when']}, Python {report['python']})")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
