@@ -1,0 +1,108 @@
+"""An invalid MPIJob is marked Failed (reason InvalidSpec, a message naming the field), a Warning is emitted,
+and nothing is created."""
+
+from __future__ import annotations
+
+import pytest
+
+from mpijob.planner.actions import Action, Create, Delete
+from mpijob.planner.plan import plan, validate
+from mpijob.planner.snapshot import Obj
+
+from .builders import cond, elastic, emits, mpijob, snap, status_of, template
+
+
+def _launcher(replicas: int = 1) -> Obj:
+    return {"replicas": replicas, "template": template()}
+
+
+def _without_launcher() -> Obj:
+    job = mpijob()
+    del job["spec"]["mpiReplicaSpecs"]["Launcher"]
+    return job
+
+
+INVALID = {
+    "missing launcher": (_without_launcher(), "spec.mpiReplicaSpecs.Launcher"),
+    "launcher replicas 2": (mpijob(launcher=_launcher(2)), "spec.mpiReplicaSpecs.Launcher.replicas"),
+    "worker without containers": (
+        mpijob(worker={"replicas": 2, "template": {"spec": {"containers": []}}}),
+        "spec.mpiReplicaSpecs.Worker.template.spec.containers",
+    ),
+    "launcher without containers": (
+        mpijob(launcher={"replicas": 1, "template": {}}),
+        "spec.mpiReplicaSpecs.Launcher.template.spec.containers",
+    ),
+    "elastic replicas below min": (
+        mpijob(workers=1, elastic_policy=elastic(2, 4)),
+        "spec.mpiReplicaSpecs.Worker.replicas",
+    ),
+    "elastic replicas above max": (
+        mpijob(workers=5, elastic_policy=elastic(2, 4)),
+        "spec.mpiReplicaSpecs.Worker.replicas",
+    ),
+    "elastic max below min": (mpijob(workers=3, elastic_policy=elastic(3, 2)), "spec.elasticPolicy.maxReplicas"),
+    "worker replicas 0 without elasticity": (mpijob(workers=0), "spec.mpiReplicaSpecs.Worker.replicas"),
+    "name too long": (mpijob(name="a" * 60, workers=10), "metadata.name"),
+    "unknown implementation": (
+        mpijob(implementation="OpenMPI-ish"),
+        "spec.mpiImplementation",
+    ),
+    "negative slots": (mpijob(slots=-1), "spec.slotsPerWorker"),
+    "unknown replica type": (
+        mpijob() | {"spec": {"mpiReplicaSpecs": {"Launcher": _launcher(), "Chief": _launcher()}}},
+        "spec.mpiReplicaSpecs.Chief",
+    ),
+}
+
+
+@pytest.mark.parametrize("job,field", INVALID.values(), ids=INVALID.keys())
+def test_invalid_job_fails_with_invalid_spec_naming_the_field(job: Obj, field: str) -> None:
+    _, errors = validate(job)
+    assert any(e.startswith(field) for e in errors), errors
+
+    actions = plan(snap(job))
+
+    status = status_of(actions)
+    assert status is not None
+    failed = cond(status, "Failed")
+    assert failed is not None and failed["status"] == "True"
+    assert failed["reason"] == "InvalidSpec"
+    assert field in failed["message"]
+    assert status["state"] == "Failed"
+    assert status.get("completionTime")
+    warnings = emits(actions, "Warning")
+    assert warnings and field in warnings[0].message
+
+
+@pytest.mark.parametrize("job,field", INVALID.values(), ids=INVALID.keys())
+def test_invalid_job_creates_and_deletes_nothing(job: Obj, field: str) -> None:
+    actions = plan(snap(job))
+    assert not [a for a in actions if isinstance(a, Create | Delete)]
+
+
+def test_invalid_job_already_marked_failed_is_not_rewritten() -> None:
+    job = mpijob(launcher=_launcher(2))
+    first = status_of(plan(snap(job)))
+    assert first is not None
+    job["status"] = first
+
+    again: list[Action] = plan(snap(job))
+
+    assert again == []
+
+
+@pytest.mark.parametrize(
+    "job",
+    [
+        mpijob(),
+        mpijob(workers=None),  # a launcher-only job
+        mpijob(workers=2, elastic_policy=elastic(1, 4)),
+        mpijob(name="a" * 50, workers=100),
+    ],
+    ids=["plain", "launcher only", "elastic", "longest name"],
+)
+def test_valid_jobs_pass_validation(job: Obj) -> None:
+    spec, errors = validate(job)
+    assert spec is not None
+    assert errors == []

@@ -1,0 +1,432 @@
+"""A pure in-memory stand-in for the API server, the scheduler and the kubelet, for planner tests.
+
+It is a test double for the planner's *inputs*: it applies the planner's actions the way the API server would
+(create, JSON merge patch, delete; resourceVersion bumped on every write; 409 on a stale resourceVersion or a
+uid precondition that does not match; 404 on a missing object; pods get a deletionTimestamp and only go away
+when the test says so) and builds the next Snapshot from what it holds. Nothing here is asynchronous and
+nothing is random, so a test can run `plan()` to a fixed point and look at the result.
+
+Like the executor, `apply` runs actions in order and stops at the first failure.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from mpijob.api import constants as c
+from mpijob.planner.actions import Action, Create, Delete, Emit, Patch, RequeueAfter
+from mpijob.planner.hostfile import parse_discovery_output
+from mpijob.planner.plan import plan
+from mpijob.planner.snapshot import Obj, OperatorConfig, Snapshot, format_time
+
+from .builders import NOW, NS, job_condition, node
+
+# Kinds whose `status` is a subresource: a patch of the main resource leaves status alone and vice versa.
+_STATUS_SUBRESOURCE = {"MPIJob", "Pod", "Job"}
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(f"{code} {reason}: {message}")
+        self.code = code
+        self.reason = reason
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: dicts merge, null removes, everything else (lists too) replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result: dict[str, Any] = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def controller_of(obj: Obj) -> str | None:
+    for ref in obj["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def is_leaving(pod: Obj) -> bool:
+    return c.ANNOTATION_LEAVING_SINCE in (pod["metadata"].get("annotations") or {})
+
+
+def is_terminating(obj: Obj) -> bool:
+    return obj["metadata"].get("deletionTimestamp") is not None
+
+
+@dataclass
+class World:
+    namespace: str = NS
+    now: datetime = NOW
+    config: OperatorConfig = field(default_factory=OperatorConfig)
+    # Where new pods are bound, round robin; empty leaves them unscheduled (Pending, no node).
+    placement: list[str] = field(default_factory=lambda: ["node-1"])
+    objects: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    nodes: dict[str, Obj] = field(default_factory=dict)
+    events: list[Emit] = field(default_factory=list)
+    # Failures that stopped a batch, and failures the executor shrugs off (create of an existing name,
+    # delete of a gone object): a converging planner should cause neither, again and again.
+    errors: list[ApiError] = field(default_factory=list)
+    tolerated: list[ApiError] = field(default_factory=list)
+    plans: list[list[Action]] = field(default_factory=list)
+    # Every write that went through, in order, for assertions over a whole run.
+    applied: list[Action] = field(default_factory=list)
+    # Called with every snapshot and the plan made from it (property tests check invariants here).
+    observer: Callable[[Snapshot, list[Action]], None] | None = None
+    _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
+    _uid: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _place: int = 0
+
+    # -- objects ---------------------------------------------------------------------------------------
+    def next_rv(self) -> str:
+        return str(next(self._rv))
+
+    def add(self, obj: Obj) -> Obj:
+        """Puts an object in the world as someone else would (not through the planner)."""
+        obj = copy.deepcopy(obj)
+        m = obj.setdefault("metadata", {})
+        m.setdefault("namespace", self.namespace)
+        m.setdefault("uid", f"uid-{obj['kind'].lower()}-{m['name']}-{next(self._uid)}")
+        m.setdefault("creationTimestamp", format_time(self.now))
+        m["resourceVersion"] = self.next_rv()
+        self.objects[(obj["kind"], m["name"])] = obj
+        return obj
+
+    def add_nodes(self, *names: str) -> None:
+        for name in names:
+            self.nodes[name] = node(name)
+
+    def get(self, kind: str, name: str) -> Obj | None:
+        return self.objects.get((kind, name))
+
+    def job(self, name: str) -> Obj:
+        found = self.get("MPIJob", name)
+        assert found is not None, f"no MPIJob {name}"
+        return found
+
+    def pods(self) -> list[Obj]:
+        return [o for (kind, _), o in sorted(self.objects.items()) if kind == "Pod"]
+
+    def pod(self, name: str) -> Obj:
+        found = self.get("Pod", name)
+        assert found is not None, f"no pod {name}"
+        return found
+
+    def workers(self, job_name: str) -> list[Obj]:
+        uid = self.job(job_name)["metadata"]["uid"]
+        return [
+            p
+            for p in self.pods()
+            if controller_of(p) == uid and (p["metadata"].get("labels") or {}).get(c.LABEL_JOB_ROLE) == c.ROLE_WORKER
+        ]
+
+    def worker_names(self, job_name: str) -> list[str]:
+        return [p["metadata"]["name"] for p in self.workers(job_name)]
+
+    def kept_workers(self, job_name: str) -> list[str]:
+        """Workers that count toward replicas: not terminating, not leaving, not finished."""
+        return [
+            p["metadata"]["name"]
+            for p in self.workers(job_name)
+            if not is_terminating(p)
+            and not is_leaving(p)
+            and (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
+        ]
+
+    def replicas(self, job_name: str) -> int:
+        return int(self.job(job_name)["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"])
+
+    def workers_to_delete(self, job_name: str) -> list[str]:
+        return list((self.job(job_name)["spec"].get("elasticPolicy") or {}).get("workersToDelete") or [])
+
+    def config_data(self, job_name: str) -> dict[str, str]:
+        cm = self.get("ConfigMap", c.config_map_name(job_name))
+        assert cm is not None
+        return dict(cm.get("data") or {})
+
+    def discovered(self, job_name: str) -> list[str]:
+        """Pod names listed by discover_hosts.sh (the first label of each host name)."""
+        script = self.config_data(job_name)[c.DISCOVER_HOSTS_KEY]
+        output = "\n".join(line.removeprefix("echo ") for line in script.splitlines() if line.startswith("echo "))
+        return [host.split(".")[0] for host, _ in parse_discovery_output(output)]
+
+    def hostfile_hosts(self, job_name: str) -> list[str]:
+        text = self.config_data(job_name)[c.HOSTFILE_KEY]
+        return [line.split(".")[0] for line in text.splitlines() if line]
+
+    # -- the planner's view ----------------------------------------------------------------------------
+    def snapshot(self, job_name: str) -> Snapshot:
+        job = self.job(job_name)
+        uid = job["metadata"]["uid"]
+        launcher = self.get("Job", c.launcher_name(job_name))
+        pods = self.pods()
+        return Snapshot(
+            job=copy.deepcopy(job),
+            now=self.now,
+            owned_pods=[copy.deepcopy(p) for p in pods if controller_of(p) == uid],
+            pods_by_name={p["metadata"]["name"]: copy.deepcopy(p) for p in pods},
+            launcher=copy.deepcopy(launcher),
+            launcher_pods=[
+                copy.deepcopy(p)
+                for p in pods
+                if launcher is not None and controller_of(p) == launcher["metadata"]["uid"]
+            ],
+            service=copy.deepcopy(self.get("Service", job_name)),
+            config_map=copy.deepcopy(self.get("ConfigMap", c.config_map_name(job_name))),
+            secret=copy.deepcopy(self.get("Secret", c.secret_name(job_name))),
+            pdb=copy.deepcopy(self.get("PodDisruptionBudget", c.pdb_name(job_name))),
+            nodes=copy.deepcopy(self.nodes),
+            config=self.config,
+        )
+
+    def reconcile(self, job_name: str) -> list[Action]:
+        """One reconcile: plan on a fresh snapshot and apply (stopping at the first failure)."""
+        if self.get("MPIJob", job_name) is None:
+            return []
+        snapshot = self.snapshot(job_name)
+        actions = plan(snapshot)
+        if self.observer is not None:
+            self.observer(snapshot, actions)
+        self.plans.append(actions)
+        self.apply(actions)
+        return actions
+
+    def settle(self, job_name: str, *, max_rounds: int = 60, kubelet: bool = True, follow_requeue: bool = True) -> int:
+        """Reconciles until a plan writes nothing. With `kubelet`, pending pods are scheduled and started and
+        terminating pods removed between rounds; with `follow_requeue`, the clock jumps to a requested
+        requeue. Returns the number of rounds; fails if there is no fixed point within max_rounds."""
+        for round_ in range(1, max_rounds + 1):
+            actions = self.reconcile(job_name)
+            busy = any(isinstance(a, Create | Patch | Delete) for a in actions)
+            if kubelet:
+                busy = self.kubelet() or busy
+            waits = [a.seconds for a in actions if isinstance(a, RequeueAfter)]
+            if not busy and waits and follow_requeue and self.get("MPIJob", job_name) is not None:
+                self.advance(max(waits[0], 0.001))
+                busy = True
+            if not busy:
+                return round_
+        raise AssertionError(f"no fixed point after {max_rounds} rounds; last plan: {self.plans[-1]}")
+
+    # -- the API server --------------------------------------------------------------------------------
+    def apply(self, actions: Sequence[Action]) -> ApiError | None:
+        """Applies actions as the executor does: in order; a Create of an existing name or a Delete of a gone
+        (or replaced) object is a tolerated no-op whose Event is skipped; any other failure stops the batch.
+        Patches of the MPIJob with a resourceVersion build on the version the previous one produced."""
+        job_rv: str | None = None
+        skip_event = False
+        for action in actions:
+            if isinstance(action, Emit):
+                if not skip_event:
+                    self.events.append(action)
+                skip_event = False
+                continue
+            skip_event = False
+            if isinstance(action, RequeueAfter):
+                continue
+            try:
+                if isinstance(action, Create):
+                    self._create(action)
+                elif isinstance(action, Patch):
+                    if action.kind == "MPIJob" and action.resource_version is not None and job_rv is not None:
+                        action = replace(action, resource_version=job_rv)
+                    self._patch(action)
+                    if action.kind == "MPIJob":
+                        job_rv = self.job(action.name)["metadata"]["resourceVersion"]
+                elif isinstance(action, Delete):
+                    self._delete(action)
+            except ApiError as err:
+                tolerated = (isinstance(action, Create) and err.code == 409) or (
+                    isinstance(action, Delete) and err.code in (404, 409)
+                )
+                if tolerated:
+                    self.tolerated.append(err)
+                    skip_event = True
+                    continue
+                self.errors.append(err)
+                return err
+            self.applied.append(action)
+        return None
+
+    def _create(self, action: Create) -> None:
+        obj = copy.deepcopy(action.obj)
+        m = obj["metadata"]
+        key = (obj["kind"], m["name"])
+        assert m.get("namespace") == self.namespace, f"created in namespace {m.get('namespace')}"
+        if key in self.objects:
+            raise ApiError(409, "AlreadyExists", f"{key} already exists")
+        m["uid"] = f"uid-{obj['kind'].lower()}-{m['name']}-{next(self._uid)}"
+        m["resourceVersion"] = self.next_rv()
+        m["creationTimestamp"] = format_time(self.now)
+        if obj["kind"] == "Pod":
+            obj["status"] = {"phase": "Pending"}
+            if self.placement:
+                obj.setdefault("spec", {})["nodeName"] = self.placement[self._place % len(self.placement)]
+                self._place += 1
+        elif obj["kind"] == "Job":
+            obj["status"] = {}
+        if action.generate_ssh_keys:
+            obj["data"] = {"ssh-privatekey": "cHJpdmF0ZQ==", "ssh-publickey": "cHVibGlj"}
+        self.objects[key] = obj
+
+    def _patch(self, action: Patch) -> None:
+        key = (action.kind, action.name)
+        current = self.objects.get(key)
+        if current is None:
+            raise ApiError(404, "NotFound", f"{key} not found")
+        if action.resource_version is not None and action.resource_version != current["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", f"{key}: resourceVersion {action.resource_version} is stale")
+        if action.subresource == "status":
+            updated = copy.deepcopy(current)
+            updated["status"] = merge_patch(current.get("status") or {}, action.patch.get("status") or {})
+        else:
+            assert action.subresource is None, action.subresource
+            body = dict(action.patch)
+            if action.kind in _STATUS_SUBRESOURCE:
+                body.pop("status", None)
+            updated = merge_patch(current, body)
+            if action.kind == "MPIJob":
+                self._admit_mpijob(updated)
+        updated["metadata"]["resourceVersion"] = self.next_rv()
+        self.objects[key] = updated
+
+    @staticmethod
+    def _admit_mpijob(job: Obj) -> None:
+        """The CRD's replica bounds (what the CEL rules refuse)."""
+        ep = job["spec"].get("elasticPolicy")
+        if ep is None:
+            return
+        replicas = job["spec"]["mpiReplicaSpecs"]["Worker"].get("replicas")
+        low, high = ep.get("minReplicas", 1), ep.get("maxReplicas")
+        if replicas is None or replicas < low or (high is not None and replicas > high):
+            raise ApiError(422, "Invalid", f"Worker replicas {replicas} outside [{low}, {high}]")
+
+    def _delete(self, action: Delete) -> None:
+        key = (action.kind, action.name)
+        current = self.objects.get(key)
+        if current is None:
+            raise ApiError(404, "NotFound", f"{key} not found")
+        if action.uid is not None and action.uid != current["metadata"]["uid"]:
+            raise ApiError(409, "Conflict", f"{key}: uid precondition failed")
+        self._remove(key)
+
+    def _remove(self, key: tuple[str, str]) -> None:
+        obj = self.objects[key]
+        if obj["kind"] == "Pod":
+            if not is_terminating(obj):
+                obj["metadata"]["deletionTimestamp"] = format_time(self.now)
+                obj["metadata"]["resourceVersion"] = self.next_rv()
+            return
+        del self.objects[key]
+        # Garbage collection (background): whatever this object controlled goes too.
+        uid = obj["metadata"]["uid"]
+        for child_key, child in list(self.objects.items()):
+            if child_key in self.objects and controller_of(child) == uid:
+                self._remove(child_key)
+
+    # -- the scheduler, the kubelet, the job controller, and people --------------------------------------
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+    def _touch(self, pod: Obj) -> None:
+        pod["metadata"]["resourceVersion"] = self.next_rv()
+
+    def schedule(self, name: str, node_name: str) -> None:
+        pod = self.pod(name)
+        pod["spec"]["nodeName"] = node_name
+        self._touch(pod)
+
+    def run(self, *names: str, ready: bool = True) -> None:
+        for name in names:
+            pod = self.pod(name)
+            pod["status"] = {
+                **(pod.get("status") or {}),
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            }
+            self._touch(pod)
+
+    def kubelet(self) -> bool:
+        """Starts every scheduled Pending pod and removes every terminating pod. Returns whether it did anything."""
+        changed = False
+        for pod in self.pods():
+            if is_terminating(pod):
+                self.objects.pop(("Pod", pod["metadata"]["name"]))
+                changed = True
+            elif (pod.get("status") or {}).get("phase") == "Pending" and pod["spec"].get("nodeName"):
+                self.run(pod["metadata"]["name"])
+                changed = True
+        return changed
+
+    def finish_deletions(self, names: Iterable[str] | None = None) -> None:
+        for pod in self.pods():
+            if is_terminating(pod) and (names is None or pod["metadata"]["name"] in names):
+                self.objects.pop(("Pod", pod["metadata"]["name"]))
+
+    def delete_pod(self, name: str) -> None:
+        """Someone else deletes a pod (kubectl delete, the Eviction API)."""
+        self._remove(("Pod", name))
+
+    def kubelet_evict(self, name: str) -> None:
+        """Node-pressure eviction: the pod stays, Failed with reason Evicted."""
+        pod = self.pod(name)
+        pod["status"] = {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}
+        self._touch(pod)
+
+    def taint(self, node_name: str, key: str) -> None:
+        n = self.nodes[node_name]
+        n["spec"].setdefault("taints", []).append({"key": key, "effect": "NoSchedule"})
+
+    def cordon(self, node_name: str) -> None:
+        self.nodes[node_name]["spec"]["unschedulable"] = True
+
+    def remove_node(self, node_name: str) -> None:
+        del self.nodes[node_name]
+
+    def start_launcher(self, job_name: str) -> Obj:
+        """The Job controller starts the launcher pod."""
+        launcher = self.get("Job", c.launcher_name(job_name))
+        assert launcher is not None, "no launcher Job"
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{c.launcher_name(job_name)}-x{next(self._uid)}",
+                "labels": {c.LABEL_JOB_NAME: job_name, c.LABEL_JOB_ROLE: c.ROLE_LAUNCHER},
+                "ownerReferences": [
+                    {"apiVersion": "batch/v1", "kind": "Job", "uid": launcher["metadata"]["uid"], "controller": True}
+                ],
+            },
+            "spec": {"nodeName": "node-1"},
+            "status": {"phase": "Running"},
+        }
+        return self.add(pod)
+
+    def finish_launcher(self, job_name: str, *, succeeded: bool = True, reason: str = "BackoffLimitExceeded") -> None:
+        launcher = self.get("Job", c.launcher_name(job_name))
+        assert launcher is not None, "no launcher Job"
+        for pod in self.pods():
+            if controller_of(pod) == launcher["metadata"]["uid"]:
+                pod["status"]["phase"] = "Succeeded" if succeeded else "Failed"
+                if not succeeded:
+                    pod["status"]["reason"] = "Error"
+        status = launcher.setdefault("status", {})
+        if succeeded:
+            status["conditions"] = [job_condition("Complete")]
+            status["completionTime"] = format_time(self.now)
+            status["succeeded"] = 1
+        else:
+            status["conditions"] = [job_condition("Failed", reason, "Job has reached the specified backoff limit")]
+            status["failed"] = 1
+        launcher["metadata"]["resourceVersion"] = self.next_rv()
