@@ -53,7 +53,8 @@ _SPEC_RULES: list[dict[str, str]] = [
         "fieldPath": ".mpiReplicaSpecs",
     },
     {
-        "rule": "!has(self.mpiReplicaSpecs.Launcher.replicas) || self.mpiReplicaSpecs.Launcher.replicas == 1",
+        "rule": "!('Launcher' in self.mpiReplicaSpecs) || !has(self.mpiReplicaSpecs.Launcher.replicas) || "
+        "self.mpiReplicaSpecs.Launcher.replicas == 1",
         "message": "mpiReplicaSpecs.Launcher.replicas must be 1",
         "fieldPath": ".mpiReplicaSpecs.Launcher.replicas",
     },

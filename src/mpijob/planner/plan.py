@@ -481,6 +481,13 @@ class _Planner:
                 policy is CleanPodPolicy.RUNNING and pod_phase(pod) not in FINISHED_PHASES
             ):
                 self.delete_pod(pod, f"job finished (cleanPodPolicy {policy.value})")
+        # Keep the worker counts true after cleanup (the Ready column of `kubectl get`).
+        deleted = {a.name for a in self.actions if isinstance(a, Delete)}
+        remaining = [p for p in workers_of(self.s) if not is_terminating(p) and name_of(p) not in deleted]
+        worker_status = self.status["replicaStatuses"].get("Worker")
+        if worker_status is not None:
+            worker_status["active"] = sum(1 for p in remaining if pod_phase(p) == "Running")
+            worker_status["ready"] = sum(1 for p in remaining if pod_ready(p))
         ttl = self.spec.run_policy.ttl_seconds_after_finished
         done = parse_time(self.status.get("completionTime"))
         if ttl is not None and done is not None:
