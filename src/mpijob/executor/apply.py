@@ -74,6 +74,10 @@ class Executor:
                     skip_next_event = not await self._delete(namespace, action)
                     outcome.writes += 0 if skip_next_event else 1
             except ApiError as err:
+                if err.status == 403 and "being terminated" in err.body:
+                    # The namespace is going away, and the job with it: nothing left to do.
+                    log.debug("%s/%s: namespace terminating; stopping", namespace, job_name)
+                    return outcome
                 if err.status in (409, 404, 422) and isinstance(action, Patch):
                     outcome.conflict = f"{action.kind} {action.name}: {err.status} {err.reason}"
                 else:

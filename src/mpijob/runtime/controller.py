@@ -12,13 +12,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
 from mpijob.api import constants as c
 from mpijob.api.models import GROUP, KIND, PLURAL, VERSION
 from mpijob.executor.apply import Executor
+from mpijob.executor.client import ApiError
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import slim
@@ -204,11 +205,16 @@ class Controller:
         await self.warm.wait()
         await self.leading.wait()
         while True:
-            key = await self.queue.get()
+            key = cast(Key, await self.queue.get())
             try:
-                again = await self.reconcile(key)  # type: ignore[arg-type]
+                again = await self.reconcile(key)
             except asyncio.CancelledError:
                 raise
+            except ApiError as err:
+                # An API refusal is expected now and then (quota, admission, RBAC): say it in one line.
+                self.stats.errors += 1
+                delay = self.queue.add_rate_limited(key)
+                log.warning("reconcile %s/%s: %s; retrying in %.2fs", key[0], key[1], err, delay)
             except Exception:
                 self.stats.errors += 1
                 delay = self.queue.add_rate_limited(key)
