@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
+from mpijob.planner.status import get_condition, is_true
 
 Obj = dict[str, Any]
 
@@ -110,13 +111,9 @@ def pod_ready(pod: Obj) -> bool:
 
 
 def condition(obj: Obj, kind: str) -> Obj | None:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == kind:
-            found: Obj = cond
-            return found
-    return None
+    """A condition of any object's status (MPIJob, batch Job, Pod)."""
+    return get_condition(obj.get("status") or {}, kind)
 
 
 def condition_true(obj: Obj, kind: str) -> bool:
-    cond = condition(obj, kind)
-    return cond is not None and cond.get("status") == "True"
+    return is_true(obj.get("status") or {}, kind)
