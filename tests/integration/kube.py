@@ -172,3 +172,40 @@ async def kubectl(kubeconfig: object, *args: str, check: bool = True) -> tuple[i
     if check and proc.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {text}")
     return int(proc.returncode or 0), text
+
+
+# -- generic helpers added for the core integration tests ------------------------------------------------
+
+
+async def merge_patch(
+    kube: Kube, api_version: str, kind: str, name: str, patch: dict[str, Any], subresource: str | None = None
+) -> dict[str, Any]:
+    """JSON merge patch of any namespaced object the executor knows (optionally its status subresource)."""
+    result: dict[str, Any] = await kube.client.merge_patch(
+        object_path(api_version, kind, kube.ns, name, subresource), patch
+    )
+    return result
+
+
+async def label_node(client: Client, node: str, labels: dict[str, str | None]) -> None:
+    """Sets (or, with None, removes) labels on a cluster-scoped Node."""
+    await client.merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": labels}})
+
+
+async def run_sh(script: str) -> str:
+    """Writes `script` to a file and runs it with `sh` (as the launcher runs /etc/mpi/discover_hosts.sh);
+    returns its stdout."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "discover_hosts.sh"
+        path.write_text(script)
+        path.chmod(0o555)
+        proc = await asyncio.create_subprocess_exec(
+            "sh", str(path), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        out, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise AssertionError(f"sh exited {proc.returncode}: {err.decode(errors='replace')}")
+    return out.decode()

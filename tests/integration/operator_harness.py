@@ -21,7 +21,8 @@ class OperatorProcess:
 
     @property
     def log_path(self) -> Path:
-        return self.log_dir / f"operator-{self.starts}.log"
+        # One file per process start, named by the session's pid so a later session does not overwrite it.
+        return self.log_dir / f"operator-{os.getpid()}-{self.starts}.log"
 
     def start(self) -> None:
         assert self.proc is None or self.proc.poll() is not None, "operator already running"

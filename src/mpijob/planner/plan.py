@@ -341,8 +341,13 @@ class _Planner:
             merged.update(keep)
             return merged
 
+        # Our labels, and those the Job's selector matches (the API server generates the selector and its
+        # template labels, batch.kubernetes.io/controller-uid etc.; dropping them makes the patch invalid).
+        selector = ((current.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
         keep_labels = {
-            k: v for k, v in (cur_meta.get("labels") or {}).items() if k in default or k == c.LABEL_REPLICA_INDEX
+            k: v
+            for k, v in (cur_meta.get("labels") or {}).items()
+            if k in default or k == c.LABEL_REPLICA_INDEX or k in selector
         }
         return {
             "spec": {

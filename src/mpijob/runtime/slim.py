@@ -55,7 +55,12 @@ def batch_job(body: Mapping[str, Any]) -> dict[str, Any]:
     template = spec.get("template") or {}
     return {
         "metadata": _meta(body),
-        "spec": {"suspend": spec.get("suspend"), "template": {"metadata": template.get("metadata") or {}}},
+        "spec": {
+            "suspend": spec.get("suspend"),
+            # The resume patch must keep the template labels the Job's (generated) selector matches.
+            "selector": spec.get("selector") or {},
+            "template": {"metadata": template.get("metadata") or {}},
+        },
         "status": body.get("status") or {},
     }
 
