@@ -3,7 +3,7 @@ node-termination reaction, memory). Prints a Markdown report; `--json PATH` also
 
     .venv/bin/python bench/run.py                      # everything (starts a testbed in .cache/bench-testbed)
     .venv/bin/python bench/run.py --planner-only       # no cluster
-    .venv/bin/python bench/run.py --jobs 20 --workers 4
+    .venv/bin/python bench/run.py --jobs 20 --workers 4 --idle 20
 
 Figures are from one run on a shared 2-core machine: read them as orders of magnitude.
 """
