@@ -176,11 +176,14 @@ def _plan_elastic(
     replicas = spec.worker_replicas
 
     # 1. Clean workersToDelete: drop names that are gone (done) or were never this job's workers (warn).
+    #    A gone worker that was in discovery at the last status write was ours too: removed by someone else
+    #    (eviction, a delete with no grace) before the reconcile that listed it could mark it leaving.
+    previously_discovered = set((snapshot.job.get("status") or {}).get("discoveredHosts") or [])
     listed: list[str] = []
     for name in dict.fromkeys(policy.workers_to_delete):
         pod = by_name.get(name)
         if pod is None:
-            if name in previously_leaving:
+            if name in previously_leaving or name in previously_discovered:
                 result.events.append(("Normal", "WorkerRemoved", f"worker {name} is gone"))
             else:
                 why = _describe_bad_name(snapshot, name)

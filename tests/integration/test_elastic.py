@@ -1,0 +1,869 @@
+"""Elastic MPIJobs on the testbed, with the real operator process: targeted scale-in, the reaction to a node
+that is going away (taint, cordon, deletion), graceful Horovod discovery, indexes and the scaling surface.
+
+Every test creates its own kwok nodes (`e2e-<ns-suffix>-a`, `-b`, ...), tainted so that no other pod lands
+there, and pins its jobs' workers to them (nodeAffinity on kubernetes.io/hostname, spread evenly by a
+topology spread constraint), so tainting, cordoning or deleting a node never disturbs another test's pods;
+the nodes are deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube import Kube, container, eventually, has_condition, kubectl, live, mpijob, names
+from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
+from kubernetes_asyncio.watch import Watch
+from operator_harness import OperatorProcess
+
+from mpijob.api import constants as c
+from mpijob.api.models import API_VERSION, GROUP, PLURAL, VERSION
+from mpijob.cli.elastic import scale_in
+from mpijob.executor.resources import collection_path
+from mpijob.planner.hostfile import parse_discovery_output
+from mpijob.testbed import SPOT_ITN_TAINT, cordon_node, create_node, delete_node, taint_node
+from mpijob.testbed.nodes import CAPACITY_TYPE_LABELS, ON_DEMAND, SPOT
+
+pytestmark = pytest.mark.integration
+
+Obj = dict[str, Any]
+HOSTNAME = "kubernetes.io/hostname"
+SPREAD_LABEL = "e2e.mpijob.io/spread"
+# On every node a test creates, so that only that test's pods (which tolerate it) land there.
+OWNER_TAINT = "e2e.mpijob.io/owner"
+TOLERATE_OWNER = [{"key": OWNER_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
+
+
+# -- nodes of one test -------------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def own_nodes(
+    api: ApiClient, kube: Kube, *suffixes: str, spot: tuple[str, ...] = ("b",)
+) -> AsyncIterator[list[str]]:
+    """Fresh kwok nodes `<ns-suffix>-<suffix>` (capacity type spot for the suffixes in `spot`), Ready on
+    entry and deleted on exit."""
+    short = kube.ns.rsplit("-", 1)[-1]
+    made: list[str] = []
+    try:
+        for suffix in suffixes:
+            name = f"e2e-{short}-{suffix}"
+            capacity = SPOT if suffix in spot else ON_DEMAND
+            await create_node(api, name, labels=dict.fromkeys(CAPACITY_TYPE_LABELS, capacity))
+            made.append(name)
+            await taint_node(api, name, OWNER_TAINT, short, "NoSchedule")
+
+        async def ready() -> bool:
+            for name in made:
+                node = await kube.client.get(f"/api/v1/nodes/{name}")
+                conds = (node.get("status") or {}).get("conditions") or []
+                if not any(x["type"] == "Ready" and x["status"] == "True" for x in conds):
+                    return False
+                # The node lifecycle controller's not-ready taint would skew the first placements.
+                if any(t["key"] != OWNER_TAINT for t in (node.get("spec") or {}).get("taints") or []):
+                    return False
+            return True
+
+        await eventually(ready, within=60, what=f"nodes {made} Ready and untainted")
+        yield made
+    finally:
+        for name in made:
+            await delete_node(api, name)
+
+
+def elastic_job(
+    name: str,
+    nodes: list[str],
+    *,
+    workers: int = 4,
+    min_replicas: int = 2,
+    max_replicas: int = 8,
+    grace: int = 2,
+    policy: str = "ScaleIn",
+    index_policy: str | None = None,
+    **elastic: Any,
+) -> Obj:
+    """An elastic job whose workers may only run on `nodes`, spread evenly over them; the launcher runs on
+    the first node (which tests never disturb)."""
+    spread = {SPREAD_LABEL: name}
+    worker_template = {
+        "metadata": {"labels": spread},
+        "spec": {
+            "containers": [container("worker")],
+            "tolerations": TOLERATE_OWNER,
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": list(nodes)}]}
+                        ]
+                    }
+                }
+            },
+            "topologySpreadConstraints": [
+                {
+                    "maxSkew": 1,
+                    "topologyKey": HOSTNAME,
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": spread},
+                    # A node with a NoSchedule taint (or cordoned) is no spreading domain: replacements may
+                    # all go to the healthy node.
+                    "nodeTaintsPolicy": "Honor",
+                }
+            ],
+        },
+    }
+    launcher_template = {
+        "spec": {
+            "containers": [container("launcher")],
+            "nodeSelector": {HOSTNAME: nodes[0]},
+            "tolerations": TOLERATE_OWNER,
+        }
+    }
+    policy_block: Obj = {
+        "minReplicas": min_replicas,
+        "maxReplicas": max_replicas,
+        "nodeTerminationPolicy": policy,
+        "scaleInGracePeriodSeconds": grace,
+        **elastic,
+    }
+    if index_policy is not None:
+        policy_block["indexPolicy"] = index_policy
+    return mpijob(
+        name,
+        workers=workers,
+        elastic=policy_block,
+        worker_template=worker_template,
+        launcher_template=launcher_template,
+    )
+
+
+# -- reading the job ----------------------------------------------------------------------------------------
+
+
+def node_of(pod: Obj) -> str | None:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return str(node) if node else None
+
+
+def phase(pod: Obj) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def leaving_since(pod: Obj) -> str | None:
+    value = (pod["metadata"].get("annotations") or {}).get(c.ANNOTATION_LEAVING_SINCE)
+    return str(value) if value else None
+
+
+def replicas_of(job: Obj) -> int:
+    return int(job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"])
+
+
+def listed_of(job: Obj) -> list[str]:
+    return list((job["spec"].get("elasticPolicy") or {}).get("workersToDelete") or [])
+
+
+def uids(pods: list[Obj]) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+
+
+def parse_ts(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def discovery_names(script: str) -> list[str]:
+    """Pod names from the host names discover_hosts.sh would print (`<pod>.<job>.<ns>.svc:<slots>`)."""
+    lines = [line[len("echo ") :] for line in script.splitlines() if line.startswith("echo ")]
+    return [host.split(".", 1)[0] for host, _ in parse_discovery_output("\n".join(lines))]
+
+
+async def run_discovery(kube: Kube, job: str) -> list[str]:
+    """Executes the job's discover_hosts.sh with `sh`, as Horovod's driver does; the workers it lists."""
+    cm = await kube.get("v1", "ConfigMap", c.config_map_name(job))
+    assert cm is not None, f"ConfigMap of {job} missing"
+    with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as handle:
+        handle.write(cm["data"][c.DISCOVER_HOSTS_KEY])
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "sh", handle.name, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        out, err = await proc.communicate()
+    finally:
+        os.unlink(handle.name)
+    assert proc.returncode == 0, err.decode()
+    return sorted(host.split(".", 1)[0] for host, _ in parse_discovery_output(out.decode()))
+
+
+async def start_job(kube: Kube, body: Obj, nodes: list[str] | None = None) -> list[Obj]:
+    """Creates the job and waits until all its workers are Running (spread evenly over `nodes`, when
+    given) and listed by discover_hosts.sh. Returns the workers."""
+    name = body["metadata"]["name"]
+    want = body["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
+    await kube.create(body)
+
+    async def all_running() -> list[Obj] | None:
+        pods = live(await kube.workers(name))
+        if len(pods) != want or any(phase(p) != "Running" for p in pods):
+            return None
+        return pods
+
+    pods = await eventually(all_running, within=120, what=f"{want} Running workers of {name}")
+    if nodes is not None:
+        per_node = {n: sum(1 for p in pods if node_of(p) == n) for n in nodes}
+        assert max(per_node.values()) - min(per_node.values()) <= 1, per_node
+
+    async def discovered() -> bool:
+        return await run_discovery(kube, name) == sorted(names(pods))
+
+    await eventually(discovered, within=60, what=f"discover_hosts.sh of {name} lists all workers")
+    return pods
+
+
+async def messages(kube: Kube, job: str, reason: str | None = None, type_: str | None = None) -> list[str]:
+    return [
+        str(e.get("message") or "")
+        for e in await kube.events(job)
+        if (reason is None or e.get("reason") == reason) and (type_ is None or e.get("type") == type_)
+    ]
+
+
+async def mpijob_cli(*args: str) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "mpijob",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    return int(proc.returncode or 0), out.decode(errors="replace")
+
+
+# -- watch streams ------------------------------------------------------------------------------------------
+
+
+class Recorder:
+    """Every version of one namespaced collection, from a real watch stream opened at the resourceVersion of
+    a list taken before the test acts (so nothing in between is missed)."""
+
+    def __init__(self, kube: Kube, api_version: str, kind: str, func: Callable[..., Any], *args: Any) -> None:
+        self.kube = kube
+        self.api_version = api_version
+        self.kind = kind
+        self.func = func
+        self.args = args
+        self.events: list[tuple[str, Obj]] = []
+        self.watch = Watch()
+        self.task: asyncio.Task[None] | None = None
+        self.error: BaseException | None = None
+
+    async def __aenter__(self) -> Recorder:
+        listing = await self.kube.client.request("GET", collection_path(self.api_version, self.kind, self.kube.ns))
+        self.initial: list[Obj] = listing.get("items") or []
+        stream = self.watch.stream(
+            self.func, *self.args, resource_version=listing["metadata"]["resourceVersion"], timeout_seconds=900
+        )
+        self.task = asyncio.create_task(self._run(stream))
+        return self
+
+    async def _run(self, stream: Any) -> None:
+        try:
+            async for event in stream:
+                self.events.append((event["type"], event["raw_object"]))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as err:  # surfaced by versions()
+            self.error = err
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+        with contextlib.suppress(Exception):
+            await self.watch.close()
+
+    def versions(self, name: str | None = None) -> list[tuple[str, Obj]]:
+        assert self.error is None, f"watch of {self.kind} failed: {self.error!r}"
+        return [(t, o) for t, o in self.events if name is None or o["metadata"]["name"] == name]
+
+
+def rv(obj: Obj) -> int:
+    return int(obj["metadata"]["resourceVersion"])
+
+
+def pod_recorder(api: ApiClient, kube: Kube) -> Recorder:
+    return Recorder(kube, "v1", "Pod", CoreV1Api(api).list_namespaced_pod, kube.ns)
+
+
+def config_map_recorder(api: ApiClient, kube: Kube) -> Recorder:
+    return Recorder(kube, "v1", "ConfigMap", CoreV1Api(api).list_namespaced_config_map, kube.ns)
+
+
+def job_recorder(api: ApiClient, kube: Kube) -> Recorder:
+    return Recorder(
+        kube,
+        API_VERSION,
+        "MPIJob",
+        CustomObjectsApi(api).list_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        kube.ns,
+        PLURAL,
+    )
+
+
+# -- waiting helpers ----------------------------------------------------------------------------------------
+
+
+async def wait_gone(kube: Kube, job: str, victims: list[str], within: float = 120) -> list[Obj]:
+    async def gone() -> list[Obj] | None:
+        pods = await kube.workers(job)
+        return pods if not set(victims) & set(names(pods)) else None
+
+    result: list[Obj] = await eventually(gone, within=within, what=f"{victims} deleted")
+    return result
+
+
+async def wait_job(kube: Kube, job: str, check: Callable[[Obj], bool], what: str, within: float = 60) -> Obj:
+    async def ok() -> Obj | None:
+        obj = await kube.job(job)
+        return obj if check(obj) else None
+
+    result: Obj = await eventually(ok, within=within, what=what)
+    return result
+
+
+async def wait_workers(
+    kube: Kube, job: str, check: Callable[[list[Obj]], bool], what: str, within: float = 120
+) -> list[Obj]:
+    async def ok() -> list[Obj] | None:
+        pods = await kube.workers(job)
+        return pods if check(pods) else None
+
+    result: list[Obj] = await eventually(ok, within=within, what=what)
+    return result
+
+
+def all_running_live(count: int) -> Callable[[list[Obj]], bool]:
+    def check(pods: list[Obj]) -> bool:
+        return len(pods) == count and all(
+            phase(p) == "Running" and not p["metadata"].get("deletionTimestamp") for p in pods
+        )
+
+    return check
+
+
+# -- 1. the seed scenario -----------------------------------------------------------------------------------
+
+
+async def test_spot_taint_scales_in_exactly_that_nodes_workers_after_they_left_discovery(
+    kube: Kube, api: ApiClient
+) -> None:
+    job = "seed"
+    async with own_nodes(api, kube, "a", "b") as (node_a, node_b):
+        pods = await start_job(kube, elastic_job(job, [node_a, node_b], grace=4), [node_a, node_b])
+        victims = sorted(n for n, p in zip(names(pods), pods, strict=True) if node_of(p) == node_b)
+        keepers = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods if node_of(p) == node_a}
+        assert len(victims) == 2 and len(keepers) == 2
+
+        async with (
+            pod_recorder(api, kube) as pod_watch,
+            config_map_recorder(api, kube) as cm_watch,
+            job_recorder(api, kube) as job_watch,
+        ):
+            await taint_node(api, node_b, SPOT_ITN_TAINT, effect="NoSchedule")
+            await wait_job(kube, job, lambda j: replicas_of(j) == 2, "replicas 4 -> 2")
+            after = await wait_gone(kube, job, victims)
+            final = await wait_job(kube, job, lambda j: not listed_of(j), "workersToDelete emptied")
+            # A moment for late events (nothing may be recreated).
+            await asyncio.sleep(2)
+
+        # The 2 workers on node a are untouched; nothing replaced the others.
+        assert uids(await kube.workers(job)) == keepers
+        assert all(phase(p) == "Running" and not leaving_since(p) for p in after)
+        assert replicas_of(final) == 2
+        assert await run_discovery(kube, job) == sorted(keepers)
+        # Still Running: 2 Running workers meet minReplicas.
+        assert has_condition(final, "Running"), final.get("status")
+
+        # One patch recorded the decision: the first version with replicas 2 lists exactly the victims.
+        versions = [o for _, o in job_watch.versions(job)]
+        first_two = next(o for o in versions if replicas_of(o) == 2)
+        assert sorted(listed_of(first_two)) == victims
+        assert all(replicas_of(o) in (4, 2) for o in versions)
+
+        # No Pending pod, no new pod, at any time after the taint.
+        pod_events = pod_watch.versions()
+        assert not [o["metadata"]["name"] for t, o in pod_events if t == "ADDED"]
+        assert not [o["metadata"]["name"] for _, o in pod_events if phase(o) == "Pending"]
+
+        # The graceful order, proved with resourceVersions of the real watch streams.
+        cm_versions = [o for _, o in cm_watch.versions(c.config_map_name(job))]
+        out_of_discovery = next(
+            o for o in cm_versions if not set(victims) & set(discovery_names(o["data"][c.DISCOVER_HOSTS_KEY]))
+        )
+        first_terminating = next(
+            o for _, o in pod_events if o["metadata"]["name"] in victims and o["metadata"].get("deletionTimestamp")
+        )
+        assert rv(out_of_discovery) < rv(first_terminating), (rv(out_of_discovery), rv(first_terminating))
+        for victim in victims:
+            terminating = next(o for _, o in pod_watch.versions(victim) if o["metadata"].get("deletionTimestamp"))
+            assert leaving_since(terminating), f"{victim} was deleted without being marked leaving"
+            assert rv(out_of_discovery) < rv(terminating)
+            # Its name leaves workersToDelete only once its pod is being deleted, never while it still serves.
+            delisted = next(o for o in versions if rv(o) > rv(first_two) and victim not in listed_of(o))
+            assert rv(delisted) > rv(terminating), (rv(delisted), rv(terminating))
+
+        events = await messages(kube, job, "NodeTerminating")
+        assert any(node_b in m and SPOT_ITN_TAINT in m and all(v in m for v in victims) for m in events), events
+
+
+# -- 2. drain and replace -----------------------------------------------------------------------------------
+
+
+async def test_listed_worker_with_replicas_unchanged_is_drained_and_replaced_under_a_new_name(
+    kube: Kube, api: ApiClient
+) -> None:
+    job = "drain"
+    async with own_nodes(api, kube, "a", "b") as nodes:
+        pods = await start_job(kube, elastic_job(job, nodes, grace=2), nodes)
+        before = uids(pods)
+        w1 = c.worker_name(job, 1)
+        async with pod_recorder(api, kube) as pod_watch:
+            await kube.patch_job(job, {"spec": {"elasticPolicy": {"workersToDelete": [w1]}}})
+            await wait_gone(kube, job, [w1])
+            final = await wait_workers(kube, job, all_running_live(4), "4 Running workers again")
+            job_obj = await wait_job(kube, job, lambda j: not listed_of(j), "workersToDelete emptied")
+
+        assert replicas_of(job_obj) == 4
+        # FillGaps takes the lowest free index at the time: worker-1 was still there (leaving), so 4.
+        added = [n for t, o in pod_watch.versions() if t == "ADDED" for n in [o["metadata"]["name"]]]
+        assert added == [c.worker_name(job, 4)], added
+        assert sorted(names(final)) == sorted([c.worker_name(job, i) for i in (0, 2, 3, 4)])
+        assert {n: u for n, u in uids(final).items() if n != c.worker_name(job, 4)} == {
+            n: u for n, u in before.items() if n != w1
+        }
+        # w1 left discovery before it was deleted, and nobody else was ever marked leaving.
+        marked = {o["metadata"]["name"] for _, o in pod_watch.versions() if leaving_since(o)}
+        assert marked == {w1}
+        assert await run_discovery(kube, job) == sorted(names(final))
+
+
+# -- 3. the floor -------------------------------------------------------------------------------------------
+
+
+async def test_node_termination_never_takes_the_job_below_min_replicas_and_replaces_the_rest(
+    kube: Kube, api: ApiClient
+) -> None:
+    job = "floor"
+    async with own_nodes(api, kube, "a", "b") as (node_a, node_b):
+        pods = await start_job(kube, elastic_job(job, [node_a, node_b], min_replicas=3, grace=2), [node_a, node_b])
+        victims = sorted(p["metadata"]["name"] for p in pods if node_of(p) == node_b)
+        keepers = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods if node_of(p) == node_a}
+        async with job_recorder(api, kube) as job_watch:
+            await taint_node(api, node_b)
+            await wait_gone(kube, job, victims)
+            final = await wait_workers(kube, job, all_running_live(3), "3 Running workers")
+            job_obj = await wait_job(kube, job, lambda j: not listed_of(j), "workersToDelete emptied")
+
+        assert replicas_of(job_obj) == 3
+        versions = [o for _, o in job_watch.versions(job)]
+        assert min(replicas_of(o) for o in versions) == 3
+        assert any(sorted(listed_of(o)) == victims for o in versions), [listed_of(o) for o in versions]
+        # The survivors keep their pods; exactly one replacement, on the healthy node.
+        assert {n: u for n, u in uids(final).items() if n in keepers} == keepers
+        new = [p for p in final if p["metadata"]["name"] not in keepers]
+        assert len(new) == 1 and node_of(new[0]) == node_a, [(p["metadata"]["name"], node_of(p)) for p in new]
+        events = await messages(kube, job, "NodeTerminating")
+        assert any("minReplicas" in m and node_b in m for m in events), events
+
+
+# -- 4. cordon and node deletion ----------------------------------------------------------------------------
+
+
+async def test_cordoned_node_scales_the_job_in_like_a_termination_taint(kube: Kube, api: ApiClient) -> None:
+    job = "cordon"
+    async with own_nodes(api, kube, "a", "b") as (node_a, node_b):
+        pods = await start_job(kube, elastic_job(job, [node_a, node_b], grace=2), [node_a, node_b])
+        victims = sorted(p["metadata"]["name"] for p in pods if node_of(p) == node_b)
+        keepers = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods if node_of(p) == node_a}
+        async with pod_recorder(api, kube) as pod_watch:
+            await cordon_node(api, node_b)
+            await wait_job(kube, job, lambda j: replicas_of(j) == 2, "replicas 4 -> 2")
+            await wait_gone(kube, job, victims)
+            await wait_job(kube, job, lambda j: not listed_of(j), "workersToDelete emptied")
+            await asyncio.sleep(2)
+        assert uids(await kube.workers(job)) == keepers
+        assert not [o for t, o in pod_watch.versions() if t == "ADDED"]
+        assert await run_discovery(kube, job) == sorted(keepers)
+        events = await messages(kube, job, "NodeTerminating")
+        assert any(node_b in m and "cordon" in m and all(v in m for v in victims) for m in events), events
+
+
+async def test_deleted_node_removes_its_workers_at_once_without_the_grace_period(kube: Kube, api: ApiClient) -> None:
+    job = "nodegone"
+    # A grace period far longer than the test may take: the workers of a deleted node must not wait for it.
+    grace = 3600
+    async with own_nodes(api, kube, "a", "b") as (node_a, node_b):
+        pods = await start_job(kube, elastic_job(job, [node_a, node_b], grace=grace), [node_a, node_b])
+        victims = sorted(p["metadata"]["name"] for p in pods if node_of(p) == node_b)
+        keepers = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods if node_of(p) == node_a}
+        async with pod_recorder(api, kube) as pod_watch:
+            await delete_node(api, node_b)
+            await wait_job(kube, job, lambda j: replicas_of(j) == 2, "replicas 4 -> 2")
+            await wait_gone(kube, job, victims, within=180)
+            await wait_job(kube, job, lambda j: not listed_of(j), "workersToDelete emptied")
+        # The operator deleted them (graceful delete: a deletionTimestamp), after marking them leaving.
+        for victim in victims:
+            versions = [o for _, o in pod_watch.versions(victim)]
+            terminating = [o for o in versions if o["metadata"].get("deletionTimestamp")]
+            assert terminating, f"{victim} was never deleted gracefully (only garbage-collected?)"
+            assert leaving_since(terminating[0])
+            # Deleted by the operator while still Running, not after the pod garbage collector marked it Failed
+            # (which it does to pods of a vanished node after a quarantine).
+            assert phase(terminating[0]) == "Running", terminating[0]["status"]
+        assert uids(await kube.workers(job)) == keepers
+        assert not [o for t, o in pod_watch.versions() if t == "ADDED"]
+        events = await messages(kube, job, "NodeTerminating")
+        assert any(node_b in m and "deleted" in m for m in events), events
+
+
+# -- 5. nodeTerminationPolicy Replace and Ignore ------------------------------------------------------------
+
+
+async def test_replace_policy_recreates_workers_elsewhere_and_ignore_policy_leaves_the_job_alone(
+    kube: Kube, api: ApiClient
+) -> None:
+    async with own_nodes(api, kube, "ra", "rb", "ia", "ib", spot=("rb", "ib")) as (ra, rb, ia, ib):
+        replace_pods = await start_job(kube, elastic_job("repl", [ra, rb], policy="Replace", grace=2), [ra, rb])
+        ignore_pods = await start_job(kube, elastic_job("ign", [ia, ib], policy="Ignore", grace=2), [ia, ib])
+        r_victims = sorted(p["metadata"]["name"] for p in replace_pods if node_of(p) == rb)
+        r_keepers = {p["metadata"]["name"]: p["metadata"]["uid"] for p in replace_pods if node_of(p) == ra}
+        ignore_before = uids(ignore_pods)
+
+        async with pod_recorder(api, kube) as pod_watch, job_recorder(api, kube) as job_watch:
+            # Both nodes get the signal at the same time; the Replace job's reaction shows the operator saw it.
+            await taint_node(api, ib)
+            await taint_node(api, rb)
+            await wait_gone(kube, "repl", r_victims)
+            final = await wait_workers(kube, "repl", all_running_live(4), "4 Running workers of repl")
+            await wait_job(kube, "repl", lambda j: not listed_of(j), "workersToDelete of repl emptied")
+            await asyncio.sleep(3)
+
+        # Replace: replicas unchanged, the victims listed (not counted down), recreated on the healthy node.
+        repl_versions = [o for _, o in job_watch.versions("repl")]
+        assert all(replicas_of(o) == 4 for o in repl_versions)
+        assert any(sorted(listed_of(o)) == r_victims for o in repl_versions)
+        assert {n: u for n, u in uids(final).items() if n in r_keepers} == r_keepers
+        assert all(node_of(p) == ra for p in final), [(p["metadata"]["name"], node_of(p)) for p in final]
+        assert await run_discovery(kube, "repl") == sorted(names(final))
+
+        # Ignore: nothing at all changed.
+        ign_versions = [o for _, o in job_watch.versions("ign")]
+        assert all(replicas_of(o) == 4 and not listed_of(o) for o in ign_versions)
+        ignore_after = await kube.workers("ign")
+        assert uids(ignore_after) == ignore_before
+        assert not any(leaving_since(p) or p["metadata"].get("deletionTimestamp") for p in ignore_after)
+        assert not [o for t, o in pod_watch.versions() if t == "ADDED" and o["metadata"]["name"].startswith("ign-")]
+        assert await run_discovery(kube, "ign") == sorted(ignore_before)
+        assert not await messages(kube, "ign", "NodeTerminating")
+        assert replicas_of(await kube.job("ign")) == 4
+
+
+# -- 6. victim order: pod-deletion-cost ---------------------------------------------------------------------
+
+
+async def test_kubectl_scale_down_removes_the_worker_with_the_lowest_pod_deletion_cost(
+    kube: Kube, api: ApiClient, kubeconfig: Path
+) -> None:
+    job = "cost"
+    async with own_nodes(api, kube, "a", "b") as nodes:
+        pods = await start_job(kube, elastic_job(job, nodes, grace=2), nodes)
+        costs = {1: "0", 2: "-100", 3: "50"}  # worker-0 has none; without costs worker-3 would go (highest index)
+        for index, cost in costs.items():
+            await kube.client.merge_patch(
+                f"/api/v1/namespaces/{kube.ns}/pods/{c.worker_name(job, index)}",
+                {"metadata": {"annotations": {c.ANNOTATION_DELETION_COST: cost}}},
+            )
+        # Pods and MPIJobs come in on separate watch streams: give the operator's cache a moment to see the
+        # annotations before the scale request arrives.
+        await asyncio.sleep(1)
+        await kubectl(kubeconfig, "-n", kube.ns, "scale", f"mpijob/{job}", "--replicas=3")
+        w2 = c.worker_name(job, 2)
+        final = await wait_gone(kube, job, [w2])
+        assert {n: u for n, u in uids(pods).items() if n != w2} == uids(final)
+        assert replicas_of(await kube.job(job)) == 3
+        assert await run_discovery(kube, job) == sorted(names(final))
+
+
+# -- 7. index policies --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("policy", "new_index"), [("FillGaps", 1), ("Append", 4)])
+async def test_scale_up_after_a_targeted_scale_in_follows_the_index_policy(
+    kube: Kube, api: ApiClient, kubeconfig: Path, policy: str, new_index: int
+) -> None:
+    job = "idx"
+    async with own_nodes(api, kube, "a", "b") as nodes:
+        pods = await start_job(kube, elastic_job(job, nodes, grace=2, index_policy=policy), nodes)
+        w1 = c.worker_name(job, 1)
+        rc, out = await mpijob_cli("scale-in", job, "--workers", w1, "-n", kube.ns, "--kubeconfig", str(kubeconfig))
+        assert rc == 0, out
+        assert "4 -> 3" in out, out
+        await wait_gone(kube, job, [w1])
+        await wait_job(kube, job, lambda j: not listed_of(j) and replicas_of(j) == 3, "3 replicas, list emptied")
+        survivors = uids(await kube.workers(job))
+        assert sorted(survivors) == sorted(n for n in names(pods) if n != w1)
+
+        await kube.patch_job(job, {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 4}}}})
+        final = await wait_workers(kube, job, all_running_live(4), "4 Running workers again")
+        added = sorted(set(names(final)) - set(survivors))
+        assert added == [c.worker_name(job, new_index)], added
+        assert {n: u for n, u in uids(final).items() if n in survivors} == survivors
+        status = (await kube.job(job)).get("status") or {}
+        assert status.get("lastWorkerIndex") == max(3, new_index)
+
+
+# -- 8. bad names in workersToDelete ------------------------------------------------------------------------
+
+
+async def test_every_kind_of_bad_name_in_workers_to_delete_is_warned_about_dropped_and_never_touched(
+    kube: Kube, api: ApiClient
+) -> None:
+    job, other = "bad", "other"
+    async with own_nodes(api, kube, "a", "b") as nodes:
+        ours = await start_job(kube, elastic_job(job, nodes, workers=2, min_replicas=1, grace=1), nodes)
+        theirs = await start_job(kube, elastic_job(other, nodes, workers=1, min_replicas=1, grace=1))
+
+        async def launcher_running() -> Obj | None:
+            pods = [p for p in await kube.launcher_pods(job) if phase(p) == "Running"]
+            return pods[0] if pods else None
+
+        launcher = await eventually(launcher_running, what="the launcher pod Running")
+        bad = {
+            launcher["metadata"]["name"]: "launcher",
+            theirs[0]["metadata"]["name"]: "not a pod of this job",
+            "other-ns/x": "another namespace",
+            "nope-worker-9": "no such pod",
+        }
+        watched = [launcher, theirs[0], *ours]
+        await kube.patch_job(job, {"spec": {"elasticPolicy": {"workersToDelete": list(bad)}}})
+
+        async def warned() -> list[str] | None:
+            found = await messages(kube, job, "InvalidWorkerToDelete", "Warning")
+            return found if all(any(repr(name) in m for m in found) for name in bad) else None
+
+        warnings = await eventually(warned, within=60, what="a Warning Event for each bad name")
+        for name, why in bad.items():
+            [message] = [m for m in warnings if repr(name) in m]
+            assert "spec.elasticPolicy.workersToDelete" in message, message
+            assert why.split()[-1] in message, (why, message)
+        job_obj = await wait_job(kube, job, lambda j: not listed_of(j), "bad names dropped from the list")
+        assert replicas_of(job_obj) == 2
+        await asyncio.sleep(2)
+
+        pods_now = {p["metadata"]["name"]: p for p in await kube.list("v1", "Pod")}
+        for pod in watched:
+            name = pod["metadata"]["name"]
+            assert name in pods_now, f"{name} was deleted"
+            now = pods_now[name]
+            assert now["metadata"]["uid"] == pod["metadata"]["uid"], name
+            assert not now["metadata"].get("deletionTimestamp"), name
+            assert not leaving_since(now), name
+        for pod in [theirs[0], *ours]:
+            # Workers are not even patched.
+            name = pod["metadata"]["name"]
+            assert pods_now[name]["metadata"]["resourceVersion"] == pod["metadata"]["resourceVersion"], name
+        assert replicas_of(await kube.job(other)) == 1
+        assert sorted(await run_discovery(kube, job)) == sorted(names(ours))
+
+
+# -- 9. workers removed by someone else ---------------------------------------------------------------------
+
+
+async def test_worker_evicted_or_deleted_by_someone_else_in_a_scale_in_job_is_not_recreated_and_replicas_follow(
+    kube: Kube, api: ApiClient
+) -> None:
+    job = "evict"
+    async with own_nodes(api, kube, "a", "b") as nodes:
+        pods = await start_job(kube, elastic_job(job, nodes, min_replicas=2, grace=2), nodes)
+        pdb = await kube.get("policy/v1", "PodDisruptionBudget", c.pdb_name(job))
+        assert pdb is not None and pdb["spec"]["minAvailable"] == 2
+        assert pdb["metadata"]["ownerReferences"][0]["name"] == job
+
+        async def pdb_allows() -> bool:
+            obj = await kube.get("policy/v1", "PodDisruptionBudget", c.pdb_name(job))
+            return bool(obj and (obj.get("status") or {}).get("disruptionsAllowed", 0) >= 1)
+
+        await eventually(pdb_allows, within=60, what="the PDB to allow a disruption")
+        w1, w2 = c.worker_name(job, 1), c.worker_name(job, 2)
+        async with pod_recorder(api, kube) as pod_watch:
+
+            async def evicted() -> bool:
+                await kube.evict(w1)  # a 429 (PDB not yet caught up) raises ApiError: retried
+                return True
+
+            await eventually(evicted, within=60, what=f"the eviction of {w1}")
+            await wait_gone(kube, job, [w1])
+            await wait_job(kube, job, lambda j: replicas_of(j) == 3 and not listed_of(j), "replicas 4 -> 3")
+            # Deleted by someone else with no grace at all: the pod is gone right after it is seen terminating.
+            await kube.delete("v1", "Pod", w2, grace=0)
+            await wait_gone(kube, job, [w2])
+            job_obj = await wait_job(kube, job, lambda j: replicas_of(j) == 2 and not listed_of(j), "replicas 3 -> 2")
+            await asyncio.sleep(3)
+        final = await kube.workers(job)
+        assert uids(final) == {n: u for n, u in uids(pods).items() if n not in (w1, w2)}
+        assert not [o["metadata"]["name"] for t, o in pod_watch.versions() if t == "ADDED"]
+        assert replicas_of(job_obj) == 2
+        lost = await messages(kube, job, "WorkerLost")
+        assert any(w1 in m for m in lost) and any(w2 in m for m in lost), lost
+        # They were this job's workers: no Warning about a bad name in workersToDelete.
+        assert not await messages(kube, job, type_="Warning")
+
+
+async def test_worker_removed_by_someone_else_at_min_replicas_is_replaced(kube: Kube, api: ApiClient) -> None:
+    job = "lostfloor"
+    async with own_nodes(api, kube, "a", "b") as nodes:
+        pods = await start_job(kube, elastic_job(job, nodes, workers=2, min_replicas=2, grace=2), nodes)
+        w0, w1, w2 = (c.worker_name(job, i) for i in range(3))
+        await kube.delete("v1", "Pod", w0)
+        await wait_gone(kube, job, [w0])
+        final = await wait_workers(kube, job, all_running_live(2), "2 Running workers again")
+        # Never below the floor: replicas stay 2 and the lost worker is replaced (FillGaps: index 0 was still
+        # held by the terminating pod when the replacement was created, so 2).
+        assert replicas_of(await kube.job(job)) == 2
+        assert sorted(names(final)) == [w1, w2]
+        assert uids(final)[w1] == uids(pods)[w1]
+        assert not await messages(kube, job, type_="Warning")
+
+
+# -- 10. the scale subresource ------------------------------------------------------------------------------
+
+
+async def test_kubectl_scale_works_through_the_scale_subresource_within_max_replicas(
+    kube: Kube, api: ApiClient, kubeconfig: Path
+) -> None:
+    job = "scale"
+    async with own_nodes(api, kube, "a", "b") as nodes:
+        pods = await start_job(kube, elastic_job(job, nodes, grace=2, max_replicas=8), nodes)
+        await kubectl(kubeconfig, "-n", kube.ns, "scale", f"mpijob/{job}", "--replicas=3")
+        final = await wait_workers(kube, job, all_running_live(3), "3 workers")
+        assert set(uids(final).items()) < set(uids(pods).items())
+        assert replicas_of(await kube.job(job)) == 3
+
+        rc, out = await kubectl(kubeconfig, "-n", kube.ns, "scale", f"mpijob/{job}", "--replicas=20", check=False)
+        assert rc != 0, out
+        assert "is invalid" in out and "maxReplicas" in out, out
+        assert replicas_of(await kube.job(job)) == 3
+
+        async def table() -> str | None:
+            _, text = await kubectl(kubeconfig, "-n", kube.ns, "get", "mpijob", job)
+            header, row = text.splitlines()[:2]
+            cols = dict(zip(header.split(), row.split(), strict=False))
+            return text if cols.get("READY") == "3" and cols.get("DESIRED") == "3" else None
+
+        await eventually(table, within=30, what="kubectl get mpijob shows Ready 3 / Desired 3")
+
+
+# -- 11. operator killed between "left discovery" and "deleted" ---------------------------------------------
+
+
+async def test_operator_killed_after_workers_left_discovery_deletes_them_at_the_recorded_time_after_restart(
+    kube: Kube, api: ApiClient, running_operator: OperatorProcess
+) -> None:
+    job = "restart"
+    grace = 15
+    async with own_nodes(api, kube, "a", "b") as (node_a, node_b):
+        pods = await start_job(kube, elastic_job(job, [node_a, node_b], grace=grace), [node_a, node_b])
+        victims = sorted(p["metadata"]["name"] for p in pods if node_of(p) == node_b)
+        keepers = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods if node_of(p) == node_a}
+        async with pod_recorder(api, kube) as pod_watch:
+            try:
+                await taint_node(api, node_b)
+
+                async def left_discovery() -> dict[str, str] | None:
+                    marked = {p["metadata"]["name"]: leaving_since(p) for p in await kube.workers(job)}
+                    if not all(marked.get(v) for v in victims):
+                        return None
+                    if await run_discovery(kube, job) != sorted(keepers):
+                        return None
+                    return {v: str(marked[v]) for v in victims}
+
+                since = await eventually(left_discovery, within=60, what="victims marked leaving, out of discovery")
+                # Killed in between: marked and out of discovery, not yet deleted.
+                running_operator.stop(kill=True)
+                assert not running_operator.alive()
+                current = {p["metadata"]["name"]: p for p in await kube.workers(job)}
+                assert all(not current[v]["metadata"].get("deletionTimestamp") for v in victims), "deleted too early"
+                running_operator.start()
+            finally:
+                if not running_operator.alive():
+                    running_operator.start()
+            await wait_gone(kube, job, victims, within=180)
+            final = await wait_job(kube, job, lambda j: not listed_of(j), "workersToDelete emptied")
+            await asyncio.sleep(2)
+
+        assert replicas_of(final) == 2
+        assert uids(await kube.workers(job)) == keepers
+        assert not [o["metadata"]["name"] for t, o in pod_watch.versions() if t == "ADDED"], "a pod was recreated"
+        for victim in victims:
+            versions = [o for _, o in pod_watch.versions(victim)]
+            # The annotation recorded before the kill is the one every later version carries.
+            assert {leaving_since(o) for o in versions} == {since[victim]}, [leaving_since(o) for o in versions]
+            terminating = next(o for o in versions if o["metadata"].get("deletionTimestamp"))
+            meta = terminating["metadata"]
+            # deletionTimestamp = time of the delete call + the pod's grace period.
+            deleted_at = parse_ts(meta["deletionTimestamp"]) - timedelta(
+                seconds=int(meta["deletionGracePeriodSeconds"])
+            )
+            assert deleted_at >= parse_ts(since[victim]) + timedelta(seconds=grace), (victim, deleted_at, since[victim])
+
+
+# -- 12. mpijob status ---------------------------------------------------------------------------------------
+
+
+async def test_status_cli_shows_the_leaving_worker_during_its_grace_period_and_the_discovery_list(
+    kube: Kube, api: ApiClient, kubeconfig: Path
+) -> None:
+    job = "stat"
+    async with own_nodes(api, kube, "a", "b") as nodes:
+        pods = await start_job(kube, elastic_job(job, nodes, grace=600), nodes)
+        w1 = c.worker_name(job, 1)
+        old, new, added = await scale_in(kube.client, kube.ns, job, [w1], None, False)
+        assert (old, new, added) == (4, 3, [w1])
+
+        async def left() -> bool:
+            pod = await kube.get("v1", "Pod", w1)
+            return bool(pod and leaving_since(pod)) and w1 not in await run_discovery(kube, job)
+
+        await eventually(left, within=60, what=f"{w1} leaving and out of discovery")
+        status = await wait_job(
+            kube, job, lambda j: (j.get("status") or {}).get("leavingWorkers") == [w1], "status.leavingWorkers"
+        )
+        assert status["status"]["discoveredHosts"] == [c.worker_name(job, i) for i in (0, 2, 3)]
+        rc, out = await mpijob_cli("status", job, "-n", kube.ns, "--kubeconfig", str(kubeconfig))
+        assert rc == 0, out
+        assert "replicas=3" in out and w1 in out.split("workersToDelete=", 1)[1].splitlines()[0], out
+        rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(f"{job}-worker-")}
+        by_name = {p["metadata"]["name"]: p for p in pods}
+        assert sorted(rows) == sorted(by_name), out
+        for name, cols in rows.items():
+            index, phase_col, node = cols[1], cols[2], cols[3]
+            assert index == str(c.worker_index(job, name)), out
+            assert phase_col == "Running", out
+            assert node == node_of(by_name[name]), out
+            assert ("since" in cols[4:]) == (name == w1), out
+        discovery = out.split("discovery (discover_hosts.sh):", 1)[1]
+        listed_hosts = [line.strip().split(".", 1)[0] for line in discovery.splitlines() if line.strip()]
+        assert listed_hosts == [c.worker_name(job, i) for i in (0, 2, 3)], out
