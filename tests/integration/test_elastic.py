@@ -748,6 +748,31 @@ async def test_worker_removed_by_someone_else_at_min_replicas_is_replaced(kube: 
         assert not await messages(kube, job, type_="Warning")
 
 
+async def test_worker_deleted_while_the_operator_is_down_is_not_recreated_and_replicas_follow(
+    kube: Kube, api: ApiClient, running_operator: OperatorProcess
+) -> None:
+    job = "downdel"
+    async with own_nodes(api, kube, "a", "b") as nodes:
+        pods = await start_job(kube, elastic_job(job, nodes, min_replicas=2, grace=2), nodes)
+        w1 = c.worker_name(job, 1)
+        await wait_job(
+            kube, job, lambda j: w1 in ((j.get("status") or {}).get("discoveredHosts") or []), "w1 in status"
+        )
+        running_operator.stop(kill=True)
+        try:
+            await kube.delete("v1", "Pod", w1, grace=0)
+            await wait_gone(kube, job, [w1])
+        finally:
+            running_operator.start()
+        await wait_job(kube, job, lambda j: replicas_of(j) == 3 and not listed_of(j), "replicas 4 -> 3")
+        await asyncio.sleep(3)
+        final = await kube.workers(job)
+        assert uids(final) == {n: u for n, u in uids(pods).items() if n != w1}
+        assert replicas_of(await kube.job(job)) == 3
+        assert any(w1 in m for m in await messages(kube, job, "WorkerLost"))
+        assert not await messages(kube, job, type_="Warning")
+
+
 # -- 10. the scale subresource ------------------------------------------------------------------------------
 
 

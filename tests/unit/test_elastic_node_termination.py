@@ -26,6 +26,7 @@ from .builders import (
     running_status,
     snap,
     spec_patches,
+    status_of,
     ts,
     worker,
 )
@@ -338,3 +339,72 @@ def test_node_being_deleted_counts_as_gone() -> None:
     [event] = emits(actions, "Normal", "NodeTerminating")
     assert "deleted" in event.message
     assert deleted_pods(actions) == ["pi-worker-2", "pi-worker-3"]
+
+
+# -- a worker that vanished while the operator was not looking ------------------------------------------------
+
+
+def _discovered(job: Obj, names: list[str], leaving_names: list[str] | None = None) -> Obj:
+    job["status"]["discoveredHosts"] = names
+    job["status"]["leavingWorkers"] = leaving_names or []
+    return job
+
+
+def test_worker_gone_while_the_operator_was_down_lowers_replicas_once_and_is_not_recreated() -> None:
+    names = [f"pi-worker-{i}" for i in range(4)]
+    job = _discovered(_job(replicas=4, min_replicas=2), names)
+    pods = [p for p in _pods(job) if p["metadata"]["name"] != "pi-worker-1"]
+
+    actions = plan(snap(job, pods, node_map=_nodes(), **existing_children(job)))
+
+    [spec] = spec_patches(actions)
+    assert spec.patch == {
+        "spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 3}}, "elasticPolicy": {"workersToDelete": ["pi-worker-1"]}}
+    }
+    assert created_names(actions, "Pod") == []
+    assert emits(actions, "Normal", "WorkerLost")
+    status = status_of(actions)
+    assert status is not None and "pi-worker-1" not in status["discoveredHosts"]
+    assert "pi-worker-1" in status["leavingWorkers"]
+
+
+def test_a_crash_after_recording_a_vanished_worker_does_not_lower_replicas_again() -> None:
+    # The spec patch landed (replicas 3, name listed) but the status write did not: discovery still names it.
+    names = [f"pi-worker-{i}" for i in range(4)]
+    job = _discovered(_job(replicas=3, min_replicas=2, to_delete=["pi-worker-1"]), names)
+    pods = [p for p in _pods(job) if p["metadata"]["name"] != "pi-worker-1"]
+
+    actions = plan(snap(job, pods, node_map=_nodes(), **existing_children(job)))
+
+    assert spec_patches(actions) == []  # still listed, replicas untouched
+    assert created_names(actions, "Pod") == []
+    status = status_of(actions)
+    assert status is not None and "pi-worker-1" not in status["discoveredHosts"]
+
+
+def test_a_recorded_vanished_worker_is_dropped_from_the_list_once_out_of_discovery() -> None:
+    job = _discovered(
+        _job(replicas=3, min_replicas=2, to_delete=["pi-worker-1"]),
+        ["pi-worker-0", "pi-worker-2", "pi-worker-3"],
+        leaving_names=["pi-worker-1"],
+    )
+    pods = [p for p in _pods(job) if p["metadata"]["name"] != "pi-worker-1"]
+
+    actions = plan(snap(job, pods, node_map=_nodes(), **existing_children(job)))
+
+    [spec] = spec_patches(actions)
+    assert spec.patch == {"spec": {"elasticPolicy": {"workersToDelete": []}}}
+    assert emits(actions, "Normal", "WorkerRemoved")
+    assert not emits(actions, "Warning")
+    assert created_names(actions, "Pod") == []
+
+
+def test_worker_gone_while_the_operator_was_down_is_recreated_in_a_replace_job() -> None:
+    names = [f"pi-worker-{i}" for i in range(4)]
+    job = _discovered(_job(replicas=4, min_replicas=2, policy="Replace"), names)
+    pods = [p for p in _pods(job) if p["metadata"]["name"] != "pi-worker-1"]
+
+    actions = plan(snap(job, pods, node_map=_nodes(), **existing_children(job)))
+
+    assert spec_patches(actions) == []
+    assert created_names(actions, "Pod") == ["pi-worker-1"]

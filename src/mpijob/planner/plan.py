@@ -191,11 +191,15 @@ class _Planner:
         self.ensure_config_map(wp)
         self.ensure_secret()
         self.ensure_pdb()
-        # 4. Delete, then 5. create.
+        # 4. Delete, then 5. create: after the status write, so that the status (discoveredHosts,
+        #    leavingWorkers, lastWorkerIndex) records the decision before any pod goes away.
+        start = len(self.actions)
         for pod in wp.to_delete:
             self.delete_pod(pod, "suspended" if suspended else "leaving the job")
         for index in wp.to_create:
             self.create(children.worker_pod(self.job, spec, index, self.s.config.cluster_domain))
+        self.last += self.actions[start:]
+        del self.actions[start:]
         if wp.to_create:
             self.status["lastWorkerIndex"] = max([*wp.to_create, self.last_worker_index()])
         for name in wp.foreign_names:
@@ -315,7 +319,11 @@ class _Planner:
         if current is None:
             ready = len(wp.kept) >= spec.worker_replicas and all(pod_ready(p) for p in wp.kept)
             if spec.launcher_creation_policy is LauncherCreationPolicy.AT_STARTUP or (ready and not wp.to_create):
+                # After the workers (which follow the status write), as the reference creates them.
+                start = len(self.actions)
                 self.create(children.launcher_job(self.job, spec))
+                self.last += self.actions[start:]
+                del self.actions[start:]
             return
         launcher_suspended = bool((current.get("spec") or {}).get("suspend"))
         if spec.run_policy.suspend and not launcher_suspended:

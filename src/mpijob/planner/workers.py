@@ -178,12 +178,20 @@ def _plan_elastic(
     # 1. Clean workersToDelete: drop names that are gone (done) or were never this job's workers (warn).
     #    A gone worker that was in discovery at the last status write was ours too: removed by someone else
     #    (eviction, a delete with no grace) before the reconcile that listed it could mark it leaving.
+    #    While the last status still counts it as serving (discoveredHosts), the name stays listed: the
+    #    status write of this reconcile drops it from discovery, the next one drops it from the list. So a
+    #    crash in between can never make step 2 count the same lost worker twice.
     previously_discovered = set((snapshot.job.get("status") or {}).get("discoveredHosts") or [])
     listed: list[str] = []
+    gone_listed: list[str] = []
     for name in dict.fromkeys(policy.workers_to_delete):
         pod = by_name.get(name)
         if pod is None:
-            if name in previously_leaving or name in previously_discovered:
+            if name in previously_discovered:
+                listed.append(name)
+                gone_listed.append(name)
+                continue
+            if name in previously_leaving:
                 result.events.append(("Normal", "WorkerRemoved", f"worker {name} is gone"))
             else:
                 why = _describe_bad_name(snapshot, name)
@@ -204,6 +212,9 @@ def _plan_elastic(
     listed_set = set(listed)
     unaccounted = [p for p in workers if name_of(p) not in listed_set and not _is_leaving(p)]
     external = [p for p in unaccounted if is_terminating(p) or pod_phase(p) in FINISHED_PHASES]
+    # Serving at the last status write, now gone without our doing (deleted while we were down, or with
+    # no grace period): the cache only forgets a pod on its deletion event, so absence means deleted.
+    vanished = [n for n in sorted(previously_discovered) if n not in by_name and n not in listed_set]
     if not suspended and policy.node_termination_policy is not NodeTerminationPolicy.IGNORE:
         for pod in unaccounted:
             if pod in external:
@@ -214,7 +225,7 @@ def _plan_elastic(
     new_replicas = replicas
     additions: list[str] = [s.pod["metadata"]["name"] for s in result.signals]
     if policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended:
-        additions += [name_of(p) for p in external]
+        additions += [name_of(p) for p in external] + vanished
         new_replicas = max(policy.min_replicas, replicas - len(additions)) if additions else replicas
         new_replicas = min(new_replicas, replicas)
     for node in dict.fromkeys(s.node for s in result.signals):
@@ -237,8 +248,8 @@ def _plan_elastic(
                 f"node {node} is terminating ({signal}): workers {', '.join(names)}: {verb}{floor}",
             )
         )
-    if external and policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended:
-        lost = ", ".join(name_of(p) for p in external)
+    if (external or vanished) and policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended:
+        lost = ", ".join([name_of(p) for p in external] + vanished)
         result.events.append(
             (
                 "Normal",
@@ -297,6 +308,9 @@ def _plan_elastic(
         else:
             wait = (due - now).total_seconds()
             result.wake_after = wait if result.wake_after is None else min(result.wake_after, wait)
+
+    # Listed workers already gone show as leaving until the next reconcile drops their names (step 1).
+    result.leaving += [n for n in final_list if n not in by_name]
 
     # 5. New workers for the deficit.
     taken = {index_of(job_name, p) for p in workers}
