@@ -101,6 +101,21 @@ def _name(common_name: str, organizations: Iterable[str] = ()) -> x509.Name:
     return x509.Name(attrs)
 
 
+def _key_usage(*, ca: bool) -> x509.KeyUsage:
+    """Signatures for everyone; certificate and CRL signing only for the CA."""
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=ca,
+        crl_sign=ca,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
 def _new_ca() -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     key = _new_key()
     now = dt.datetime.now(dt.UTC)
@@ -114,20 +129,7 @@ def _new_ca() -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
         .not_valid_before(now - _BACKDATE)
         .not_valid_after(now + _VALIDITY)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(ca=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
@@ -155,20 +157,7 @@ def _issue(
         .not_valid_before(now - _BACKDATE)
         .not_valid_after(now + _VALIDITY)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(ca=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
     )
