@@ -99,7 +99,7 @@ def test_a_terminating_worker_still_holds_its_index() -> None:
 def test_new_indexes(
     count: int, taken: list[int], blocked: list[int], policy: IndexPolicy, last: int, expected: list[int]
 ) -> None:
-    assert new_indexes(count, taken, blocked, policy, last) == expected
+    assert new_indexes(count, taken, lambda i: i in blocked, policy, last) == expected
 
 
 @pytest.mark.parametrize("policy,regrown", [("FillGaps", "pi-worker-1"), ("Append", "pi-worker-4")])

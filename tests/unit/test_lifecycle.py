@@ -575,10 +575,35 @@ def test_service_with_a_changed_selector_is_patched_back() -> None:
 
     [patch] = patches(plan(snap(job, [worker(job, 0)], service_obj=svc)), "Service")
 
-    assert patch.patch["spec"]["selector"] == {c.LABEL_OPERATOR_NAME: c.OPERATOR_NAME, c.LABEL_JOB_NAME: "pi"}
+    # The foreign key is removed (null in the merge patch), ours are set.
+    assert patch.patch["spec"]["selector"] == {
+        "app": None,
+        c.LABEL_OPERATOR_NAME: c.OPERATOR_NAME,
+        c.LABEL_JOB_NAME: "pi",
+    }
 
 
 def test_times_are_the_snapshot_time() -> None:
     status = _status(plan(snap(mpijob(), now=at(42))))
     assert status["startTime"] == ts(42)
     assert NOW.tzinfo is not None
+
+
+def test_extra_keys_added_to_the_config_map_or_service_selector_are_removed_and_the_job_converges() -> None:
+    world = World()
+    world.add_nodes("node-1")
+    world.add(mpijob(workers=2))
+    world.settle("pi")
+    cm = world.get("ConfigMap", c.config_map_name("pi"))
+    svc = world.get("Service", "pi")
+    assert cm is not None and svc is not None
+    cm["data"]["someone-elses-key"] = "x"
+    svc["spec"]["selector"]["app"] = "x"
+
+    world.reconcile("pi")
+    world.settle("pi")
+
+    cm, svc = world.get("ConfigMap", c.config_map_name("pi")), world.get("Service", "pi")
+    assert cm is not None and "someone-elses-key" not in cm["data"]
+    assert svc is not None and "app" not in svc["spec"]["selector"]
+    assert writes(world.reconcile("pi")) == []

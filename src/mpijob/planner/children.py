@@ -180,8 +180,8 @@ def launcher_job(job: Obj, spec: MPIJobSpec) -> Obj:
         job_spec["backoffLimit"] = run_policy.backoff_limit
     if run_policy.active_deadline_seconds is not None:
         job_spec["activeDeadlineSeconds"] = run_policy.active_deadline_seconds
-    if run_policy.ttl_seconds_after_finished is not None:
-        job_spec["ttlSecondsAfterFinished"] = run_policy.ttl_seconds_after_finished
+    # ttlSecondsAfterFinished is deliberately not copied: the MPIJob's own TTL removes the launcher through
+    # garbage collection, and a launcher deleted by the Job TTL before we saw it finish would be recreated.
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

@@ -83,6 +83,9 @@ class _Planner:
         self.wake: list[float] = []
         self.conflicts: list[str] = []
         self.status_events: list[Emit] = []
+        # Pods of a launcher Job we do not own say nothing about this job.
+        launcher = snapshot.launcher
+        self.launcher_pods = snapshot.launcher_pods if launcher is not None and is_owned_by(launcher, self.job) else ()
         self.last: list[Action] = []
 
     # -- helpers -----------------------------------------------------------------------------------
@@ -148,7 +151,7 @@ class _Planner:
             self.condition(st.RUNNING, False, "MPIJobSuspended", "MPIJob suspended", event=None)
         elif was_suspended:
             self.condition(st.SUSPENDED, False, "MPIJobResumed", "MPIJob resumed")
-            self.emit("Normal", "MPIJobResumed", "MPIJob resumed")
+            self.status_events.append(Emit("Normal", "MPIJobResumed", "MPIJob resumed"))
             self.status["startTime"] = self.now
         if not suspended and not self.status.get("startTime"):
             self.status["startTime"] = self.now
@@ -181,6 +184,7 @@ class _Planner:
                     resource_version=meta(leave.pod).get("resourceVersion"),
                 )
             )
+        self.ensure_config_map(wp)
         if wp.to_leave:
             self.emit(
                 "Normal",
@@ -188,7 +192,6 @@ class _Planner:
                 f"workers {', '.join(name_of(x.pod) for x in wp.to_leave)} left discovery "
                 f"({', '.join(sorted({x.reason for x in wp.to_leave}))})",
             )
-        self.ensure_config_map(wp)
         self.ensure_secret()
         self.ensure_pdb()
         # 4. Delete, then 5. create: after the status write, so that the status (discoveredHosts,
@@ -250,7 +253,7 @@ class _Planner:
                         self.name,
                         {
                             "spec": {
-                                "selector": want["selector"],
+                                "selector": _merge_patch_to(spec.get("selector") or {}, want["selector"]),
                                 "publishNotReadyAddresses": want["publishNotReadyAddresses"],
                             }
                         },
@@ -282,7 +285,8 @@ class _Planner:
                     "v1",
                     "ConfigMap",
                     name,
-                    {"data": data},
+                    # Keys we do not write are nulled: a merge patch keeps what it does not name.
+                    {"data": _merge_patch_to(current.get("data") or {}, data)},
                     resource_version=meta(current).get("resourceVersion"),
                 )
             )
@@ -396,7 +400,7 @@ class _Planner:
 
         if self.spec.run_policy.suspend:
             return
-        launcher_running = any(pod_phase(p) == "Running" for p in self.s.launcher_pods)
+        launcher_running = any(pod_phase(p) == "Running" for p in self.launcher_pods)
         ep = self.spec.elastic_policy
         enough = (
             len(running) >= ep.min_replicas if ep else len(running) == self.spec.worker_replicas and not wp.to_create
@@ -414,7 +418,7 @@ class _Planner:
 
     def launcher_status(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        active = sum(1 for p in self.s.launcher_pods if pod_phase(p) == "Running")
+        active = sum(1 for p in self.launcher_pods if pod_phase(p) == "Running")
         if active:
             out["active"] = active
         job_status = (self.s.launcher or {}).get("status") or {}
@@ -430,7 +434,7 @@ class _Planner:
                 "it is left untouched. Delete or rename it."
             )
             if st.set_condition(self.status, st.RESOURCE_CONFLICT, True, "NotOwned", message, self.now):
-                self.emit("Warning", "ResourceConflict", message)
+                self.status_events.append(Emit("Warning", "ResourceConflict", message))
         elif st.get_condition(self.status, st.RESOURCE_CONFLICT) is not None:
             st.set_condition(self.status, st.RESOURCE_CONFLICT, False, "Resolved", "no conflicting objects", self.now)
 
@@ -451,7 +455,7 @@ class _Planner:
                 cond = condition(launcher, "Failed") or {}
                 reason = str(cond.get("reason") or "MPIJobFailed")
                 message = str(cond.get("message") or "launcher Job failed")
-                failed_pods = [p for p in self.s.launcher_pods if pod_phase(p) == "Failed"]
+                failed_pods = [p for p in self.launcher_pods if pod_phase(p) == "Failed"]
                 if reason == "BackoffLimitExceeded" and failed_pods:
                     last = max(failed_pods, key=lambda p: str(meta(p).get("creationTimestamp", "")))
                     pst = last.get("status") or {}

@@ -87,7 +87,10 @@ def is_terminating(obj: Obj) -> bool:
 def parse_time(value: str | None) -> datetime | None:
     if not value:
         return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:  # annotations can be edited by hand; a bad one must not wedge the job
+        return None
 
 
 def format_time(value: datetime) -> str:

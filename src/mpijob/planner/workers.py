@@ -105,14 +105,14 @@ def _leaving_since(pod: Obj, default: datetime) -> datetime:
     return parse_time(annotations_of(pod).get(c.ANNOTATION_LEAVING_SINCE)) or default
 
 
-def _foreign_indexes(snapshot: Snapshot, job_name: str, upto: int | None) -> list[int]:
-    """Worker names we may not use: a pod of that name exists and is not ours (indexes below `upto`, if set)."""
-    taken = []
-    for name, pod in snapshot.pods_by_name.items():
-        index = c.worker_index(job_name, name)
-        if index is not None and (upto is None or index < upto) and not is_owned_by(pod, snapshot.job):
-            taken.append(index)
-    return sorted(taken)
+def _is_foreign(snapshot: Snapshot, job_name: str, index: int) -> bool:
+    """The worker name for `index` is held by a pod that is not ours (a direct lookup, no scan)."""
+    pod = snapshot.pods_by_name.get(c.worker_name(job_name, index))
+    return pod is not None and not is_owned_by(pod, snapshot.job)
+
+
+def _foreign_indexes(snapshot: Snapshot, job_name: str, upto: int) -> list[int]:
+    return [i for i in range(upto) if _is_foreign(snapshot, job_name, i)]
 
 
 def _describe_bad_name(snapshot: Snapshot, name: str) -> str:
@@ -315,12 +315,13 @@ def _plan_elastic(
     # 5. New workers for the deficit.
     taken = {index_of(job_name, p) for p in workers}
     ceiling = max([last_index, *taken], default=-1) + replicas + 1
-    # Every foreign name is blocked (new indexes can go past the ceiling); those below it are reported.
-    foreign = set(_foreign_indexes(snapshot, job_name, None))
-    result.foreign_names = [c.worker_name(job_name, i) for i in sorted(foreign) if i < ceiling]
+    # A foreign name is skipped wherever new indexes go; those below the ceiling are reported.
+    result.foreign_names = [c.worker_name(job_name, i) for i in _foreign_indexes(snapshot, job_name, ceiling)]
     if len(kept) < target:
         # Foreign pods only block a name; they do not move Append's starting point.
-        result.to_create = new_indexes(target - len(kept), taken, foreign, policy.index_policy, last_index)
+        result.to_create = new_indexes(
+            target - len(kept), taken, lambda i: _is_foreign(snapshot, job_name, i), policy.index_policy, last_index
+        )
     result.kept = sorted(kept, key=lambda p: index_of(job_name, p))
     hosts = [(index_of(job_name, p), name_of(p)) for p in kept]
     hosts += [(i, c.worker_name(job_name, i)) for i in result.to_create]
