@@ -319,3 +319,19 @@ def test_elastic_job_that_succeeds_cleans_up_running_workers() -> None:
     assert status["state"] == "Succeeded"
     assert not cond_true(status, "Running")
     assert writes(world.reconcile("pi")) == []
+
+
+def test_a_worker_marked_before_a_crash_but_still_in_discovery_gets_its_full_grace_period_again() -> None:
+    # The annotation landed, the discovery change did not: the worker never left discovery, so
+    # deleting it at since+grace would give Horovod no warning at all. It is marked again, from now.
+    job = _job(3, to_delete=["pi-worker-2"])
+    script = "#!/bin/sh\n" + "".join(f"echo pi-worker-{i}.pi.team-a.svc:1\n" for i in range(3))
+    pods = [worker(job, 0), worker(job, 1), worker(job, 2, annotations=leaving(ts(-(GRACE + 5))))]
+
+    actions = plan(snap(job, pods, **existing_children(job, data={c.DISCOVER_HOSTS_KEY: script, c.HOSTFILE_KEY: ""})))
+
+    assert deleted_pods(actions) == []
+    assert patched_pods(actions) == ["pi-worker-2"]
+    assert requeue(actions) == pytest.approx(GRACE)
+    data = config_data(actions)
+    assert data is not None and "pi-worker-2" not in " ".join(hosts_in(data[c.DISCOVER_HOSTS_KEY]))

@@ -408,3 +408,23 @@ def test_worker_gone_while_the_operator_was_down_is_recreated_in_a_replace_job()
 
     assert spec_patches(actions) == []
     assert created_names(actions, "Pod") == ["pi-worker-1"]
+
+
+def test_a_worker_terminating_for_a_while_after_someone_deleted_it_lowers_replicas_only_once() -> None:
+    world = World()
+    world.add_nodes("node-1", "node-2")
+    world.add(_job(replicas=4, min_replicas=1))
+    world.settle("pi")
+    pod = world.pod("pi-worker-1")
+    pod["metadata"]["deletionTimestamp"] = ts(0)  # a graceful delete by someone else: it lingers, terminating
+    world.next_rv()
+
+    for _ in range(6):  # several reconciles while the pod is still terminating
+        world.reconcile("pi")
+
+    assert world.replicas("pi") == 3
+    assert world.workers_to_delete("pi") == []
+    world.finish_deletions()
+    world.settle("pi")
+    assert world.replicas("pi") == 3
+    assert "pi-worker-1" not in world.worker_names("pi")

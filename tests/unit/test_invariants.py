@@ -63,12 +63,16 @@ def check_foreign_untouched(s: Snapshot, actions: list[Action]) -> None:
 
 
 def check_listed_leave_first(s: Snapshot, actions: list[Action]) -> None:
-    """Listed workers of this job leave in the plan that sees them (or had left already)."""
+    """Listed workers of this job leave in the plan that sees them (or had left already, or are already being
+    deleted: a terminating pod is not patched)."""
     owned = _owned(s)
     newly = _newly_leaving(actions)
     listed = [n for n in s.job["spec"]["elasticPolicy"].get("workersToDelete") or [] if n in owned]
     for name in listed:
-        assert is_leaving(owned[name]) or name in newly, f"listed {name} did not leave"
+        pod = owned[name]
+        assert is_leaving(pod) or name in newly or "deletionTimestamp" in pod["metadata"], (
+            f"listed {name} did not leave"
+        )
 
 
 def check_floor(s: Snapshot, actions: list[Action]) -> None:

@@ -12,6 +12,7 @@ from mpijob.cli.kube import client, default_namespace, job_path, worker_pods
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import object_path
 from mpijob.planner.hostfile import parse_discovery_output
+from mpijob.planner.snapshot import controller_uid
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -52,12 +53,27 @@ async def scale_in(
         elastic = spec.get("elasticPolicy")
         if elastic is None:
             raise SystemExit(f"MPIJob {namespace}/{job} has no spec.elasticPolicy; targeted scale-in needs one")
+        # Only serving workers of this very job count: lowering replicas for a typo, a pod that is already
+        # leaving or a pod of someone else would make the operator remove some other, healthy worker.
+        serving = {
+            p["metadata"]["name"]: p
+            for p in await worker_pods(kube, namespace, job)
+            if controller_uid(p) == obj["metadata"]["uid"]
+            and not p["metadata"].get("deletionTimestamp")
+            and c.ANNOTATION_LEAVING_SINCE not in (p["metadata"].get("annotations") or {})
+            and (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
+        }
         if node is not None:
-            pods = await worker_pods(kube, namespace, job)
-            workers = [p["metadata"]["name"] for p in pods if (p.get("spec") or {}).get("nodeName") == node]
+            workers = [n for n, p in serving.items() if (p.get("spec") or {}).get("nodeName") == node]
             if not workers:
-                raise SystemExit(f"no worker of {namespace}/{job} runs on node {node}")
+                raise SystemExit(f"no serving worker of {namespace}/{job} runs on node {node}")
         assert workers is not None
+        unknown = [w for w in workers if w not in serving]
+        if unknown:
+            raise SystemExit(
+                f"not serving workers of {namespace}/{job} (no such pod, not this job's, or already leaving): "
+                + ", ".join(unknown)
+            )
         listed = list(elastic.get("workersToDelete") or [])
         added = [w for w in dict.fromkeys(workers) if w not in listed]
         replicas = int(spec["mpiReplicaSpecs"]["Worker"]["replicas"])

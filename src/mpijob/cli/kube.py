@@ -10,6 +10,7 @@ from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
 from mpijob.executor.client import Client
 from mpijob.executor.resources import collection_path, object_path
+from mpijob.planner.children import worker_selector
 from mpijob.runtime.operator import load_api_client
 
 
@@ -27,7 +28,7 @@ def job_path(namespace: str, name: str, subresource: str | None = None) -> str:
 
 
 async def worker_pods(kube: Client, namespace: str, job: str) -> list[dict[str, Any]]:
-    selector = f"{c.LABEL_JOB_NAME}={job},{c.LABEL_JOB_ROLE}={c.ROLE_WORKER}"
+    selector = worker_selector(job)
     result = await kube.request("GET", collection_path("v1", "Pod", namespace), query=[("labelSelector", selector)])
     pods: list[dict[str, Any]] = result.get("items") or []
     return sorted(pods, key=lambda p: (c.worker_index(job, p["metadata"]["name"]) or 0, p["metadata"]["name"]))

@@ -78,7 +78,9 @@ class Executor:
                     # The namespace is going away, and the job with it: nothing left to do.
                     log.debug("%s/%s: namespace terminating; stopping", namespace, job_name)
                     return outcome
-                if err.status in (409, 404, 422) and isinstance(action, Patch):
+                # 409: stale cache; 404: the object went away. Both resolve with fresh data. Anything else
+                # (422 from validation, 403, 5xx) is an error and backs off.
+                if err.status in (409, 404) and isinstance(action, Patch):
                     outcome.conflict = f"{action.kind} {action.name}: {err.status} {err.reason}"
                 else:
                     outcome.error = err

@@ -49,19 +49,17 @@ class TokenBucket:
 
 
 class Client:
-    def __init__(self, api: ApiClient, qps: float = 50.0, burst: int = 100) -> None:
+    def __init__(self, api: ApiClient, qps: float = 50.0, burst: int = 100, timeout: float = 60.0) -> None:
         self.api = api
+        self.timeout = timeout
         self.bucket = TokenBucket(qps, burst)
         self.requests = 0
-        self.writes = 0
 
     async def request(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json", query: Any = None
     ) -> Any:
         await self.bucket.take()
         self.requests += 1
-        if method != "GET":
-            self.writes += 1
         try:
             response = await self.api.call_api(
                 path,
@@ -71,6 +69,8 @@ class Client:
                 body=body,
                 auth_settings=["BearerToken"],
                 _preload_content=False,
+                # Without a timeout a hung connection would hold a worker (and its job key) forever.
+                _request_timeout=self.timeout,
             )
         except ApiException as err:
             raise ApiError(int(err.status or 0), str(err.reason), str(err.body or "")) from None

@@ -370,7 +370,10 @@ class _Planner:
                         "annotations": replace_map(cur_meta.get("annotations"), want["annotations"], {}),
                     },
                     "spec": {
-                        "nodeSelector": want["nodeSelector"],
+                        # A map: keys of an earlier admission (e.g. another Kueue flavor) must go.
+                        "nodeSelector": replace_map(
+                            ((tmpl.get("spec") or {}).get("nodeSelector")), want["nodeSelector"], {}
+                        ),
                         "tolerations": want["tolerations"],
                         "schedulingGates": want["schedulingGates"],
                     },

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from mpijob.api import constants as c
 from mpijob.api.models import MPIJobSpec, NodeTerminationPolicy
+from mpijob.planner.hostfile import host_fqdn
 from mpijob.planner.indexes import new_indexes
 from mpijob.planner.ranking import rank_victims
 from mpijob.planner.snapshot import (
@@ -105,6 +106,16 @@ def _leaving_since(pod: Obj, default: datetime) -> datetime:
     return parse_time(annotations_of(pod).get(c.ANNOTATION_LEAVING_SINCE)) or default
 
 
+def _still_discovered(snapshot: Snapshot, pod_name: str) -> bool:
+    """Whether our (owned) discover_hosts.sh, as last written, still lists this worker."""
+    cm = snapshot.config_map
+    if cm is None or not is_owned_by(cm, snapshot.job):
+        return False
+    job = snapshot.job["metadata"]
+    host = host_fqdn(pod_name, job["name"], job.get("namespace", ""), snapshot.config.cluster_domain)
+    return f"echo {host}:" in (cm.get("data") or {}).get(c.DISCOVER_HOSTS_KEY, "")
+
+
 def _is_foreign(snapshot: Snapshot, job_name: str, index: int) -> bool:
     """The worker name for `index` is held by a pod that is not ours (a direct lookup, no scan)."""
     pod = snapshot.pods_by_name.get(c.worker_name(job_name, index))
@@ -183,13 +194,11 @@ def _plan_elastic(
     #    crash in between can never make step 2 count the same lost worker twice.
     previously_discovered = set((snapshot.job.get("status") or {}).get("discoveredHosts") or [])
     listed: list[str] = []
-    gone_listed: list[str] = []
     for name in dict.fromkeys(policy.workers_to_delete):
         pod = by_name.get(name)
         if pod is None:
             if name in previously_discovered:
                 listed.append(name)
-                gone_listed.append(name)
                 continue
             if name in previously_leaving:
                 result.events.append(("Normal", "WorkerRemoved", f"worker {name} is gone"))
@@ -203,14 +212,20 @@ def _plan_elastic(
                     )
                 )
             continue
-        if _is_leaving(pod) and is_terminating(pod):
+        if is_terminating(pod) and (_is_leaving(pod) or name in previously_leaving):
             result.events.append(("Normal", "WorkerRemoved", f"worker {name} is being deleted"))
             continue
         listed.append(name)
 
     # 2. Node-termination signals and workers removed by someone else (eviction, kubectl delete, failure).
     listed_set = set(listed)
-    unaccounted = [p for p in workers if name_of(p) not in listed_set and not _is_leaving(p)]
+    # Accounted for already: listed, marked leaving, or recorded as leaving in the last status (a pod that
+    # was terminating when we listed it is never annotated, and its name leaves the list while it goes).
+    unaccounted = [
+        p
+        for p in workers
+        if name_of(p) not in listed_set and not _is_leaving(p) and name_of(p) not in previously_leaving
+    ]
     external = [p for p in unaccounted if is_terminating(p) or pod_phase(p) in FINISHED_PHASES]
     # Serving at the last status write, now gone without our doing (deleted while we were down, or with
     # no grace period): the cache only forgets a pod on its deletion event, so absence means deleted.
@@ -277,10 +292,19 @@ def _plan_elastic(
     kept = [p for p in workers if counts(p)]
     for pod in workers:
         if _is_leaving(pod):
+            # Marked, but our discover_hosts.sh still lists it: the crash came between the mark and the
+            # discovery change. Mark it again, so the grace period counts from when it really left.
+            if _still_discovered(snapshot, name_of(pod)) and pod_phase(pod) == "Running" and not is_terminating(pod):
+                reason = annotations_of(pod).get(c.ANNOTATION_LEAVING_REASON, "workersToDelete")
+                result.to_leave.append(Leave(pod, reason))
+            continue
+        if is_terminating(pod):
+            if name_of(pod) in listed_set or name_of(pod) in previously_leaving:
+                result.leaving.append(name_of(pod))  # already on its way out: nothing to mark, leaving till gone
             continue
         if name_of(pod) in listed_set:
             result.to_leave.append(Leave(pod, "workersToDelete"))
-        elif not counts(pod) and not is_terminating(pod):
+        elif not counts(pod):
             result.to_leave.append(Leave(pod, f"worker {pod_phase(pod)}"))
     target = 0 if suspended else replicas
     if len(kept) > target:
@@ -295,7 +319,7 @@ def _plan_elastic(
     grace = timedelta(seconds=policy.scale_in_grace_period_seconds)
     newly = {name_of(leave.pod) for leave in result.to_leave}
     for pod in workers:
-        if not (_is_leaving(pod) or name_of(pod) in newly):
+        if name_of(pod) in result.leaving or not (_is_leaving(pod) or name_of(pod) in newly):
             continue
         result.leaving.append(name_of(pod))
         if is_terminating(pod):

@@ -170,7 +170,12 @@ class Controller:
         on_event((GROUP, VERSION, PLURAL), job_key, "mpijob_events")
         on_event(("v1", "pods"), child_keys, "pod_events")
         on_event(("batch", "v1", "jobs"), child_keys, "job_events")
-        on_event(("v1", "services"), child_keys, "service_events")
+
+        def service_keys(namespace: str, name: str, labels: Any, meta: Any, **_: Any) -> list[Key]:
+            # The Service is named exactly like its job: a conflicting one going away must wake the job.
+            return list(dict.fromkeys([(namespace, name), *child_keys(namespace, name, labels, meta)]))
+
+        on_event(("v1", "services"), service_keys, "service_events")
         on_event(("v1", "configmaps"), child_keys, "configmap_events")
         on_event(("v1", "secrets"), child_keys, "secret_events")
         on_event(("policy", "v1", "poddisruptionbudgets"), child_keys, "pdb_events")
@@ -206,6 +211,12 @@ class Controller:
         await self.leading.wait()
         while True:
             key = cast(Key, await self.queue.get())
+            if not self.leading.is_set():
+                # Lost the lease: write nothing more; the key waits for whoever leads next (or us).
+                self.queue.done(key)
+                self.queue.add(key)
+                await self.leading.wait()
+                continue
             try:
                 again = await self.reconcile(key)
             except asyncio.CancelledError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import os
@@ -81,12 +82,14 @@ async def load_api_client(kubeconfig: str | None) -> k8s_client.ApiClient:
     return k8s_client.ApiClient(configuration=cfg)
 
 
-def _connection_info(api: k8s_client.ApiClient) -> kopf.ConnectionInfo:
+async def _connection_info(api: k8s_client.ApiClient) -> kopf.ConnectionInfo:
     cfg = api.configuration
     token = None
-    header = cfg.api_key.get("BearerToken") or cfg.api_key.get("authorization")
+    # Through the refresh hook, so kopf gets a current token (in-cluster tokens rotate).
+    maybe: Any = cfg.get_api_key_with_prefix("BearerToken")
+    header = await maybe if inspect.isawaitable(maybe) else maybe
     if header:
-        token = header.split(" ", 1)[-1]
+        token = str(header).split(" ", 1)[-1]
     return kopf.ConnectionInfo(
         server=str(cfg.host),
         ca_path=cfg.ssl_ca_cert,
@@ -121,8 +124,8 @@ async def run(
         started(controller)
 
     @kopf.on.login(registry=registry)
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        return _connection_info(api)
+    async def login(**_: Any) -> kopf.ConnectionInfo:
+        return await _connection_info(api)
 
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False  # we post our own Events, on the MPIJob, only for decisions
@@ -142,6 +145,14 @@ async def run(
     )
     if options.leader_elect:
         election = asyncio.create_task(_lead(api, options, controller))
+
+        def election_ended(task: asyncio.Task[None]) -> None:
+            # Leader election must never end quietly (e.g. no RBAC for Leases): stop the whole operator.
+            if not task.cancelled():
+                log.error("leader election ended: %r; stopping", task.exception())
+                stop.set()
+
+        election.add_done_callback(election_ended)
     else:
         controller.leading.set()
         election = None
@@ -179,6 +190,7 @@ async def _lead(api: k8s_client.ApiClient, options: OperatorOptions, controller:
 
     async def stopped() -> None:
         log.error("lost the lease; exiting so a fresh process starts clean")
+        controller.leading.clear()  # no write after this point
         os.kill(os.getpid(), signal.SIGTERM)
 
     config = electionconfig.Config(lock, 15, 10, 2, started, stopped)

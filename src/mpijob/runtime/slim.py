@@ -59,7 +59,11 @@ def batch_job(body: Mapping[str, Any]) -> dict[str, Any]:
             "suspend": spec.get("suspend"),
             # The resume patch must keep the template labels the Job's (generated) selector matches.
             "selector": spec.get("selector") or {},
-            "template": {"metadata": template.get("metadata") or {}},
+            "template": {
+                "metadata": template.get("metadata") or {},
+                # The resume patch replaces the node selector, so it must know the keys to remove.
+                "spec": {"nodeSelector": (template.get("spec") or {}).get("nodeSelector")},
+            },
         },
         "status": body.get("status") or {},
     }
