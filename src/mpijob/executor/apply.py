@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +20,7 @@ from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import collection_path, object_path
 from mpijob.executor.sshkeys import ssh_key_pair
 from mpijob.planner.actions import Action, Create, Delete, Emit, Patch, RequeueAfter
+from mpijob.planner.snapshot import format_time
 
 log = logging.getLogger("mpijob.executor")
 
@@ -31,7 +32,6 @@ class Outcome:
     # Set when execution stopped early: the reconcile should run again soon.
     conflict: str | None = None
     error: Exception | None = None
-    events: list[Emit] = field(default_factory=list)
     # resourceVersion of the MPIJob after our last write to it, if we wrote it.
     job_resource_version: str | None = None
 
@@ -52,7 +52,6 @@ class Executor:
             try:
                 if isinstance(action, Emit):
                     if not skip_next_event:
-                        outcome.events.append(action)
                         await self._event(job, action)
                     skip_next_event = False
                     continue
@@ -129,7 +128,7 @@ class Executor:
         if not self.post_events:
             return
         meta = job.get("metadata") or {}
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = format_time(datetime.now(UTC))
         namespace = str(meta.get("namespace"))
         body = {
             "apiVersion": "v1",

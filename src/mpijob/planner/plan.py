@@ -493,9 +493,8 @@ class _Planner:
             self.status["completionTime"] = self.now
         self.status.setdefault("replicaStatuses", {})["Launcher"] = self.launcher_status()
         policy = self.spec.run_policy.clean_pod_policy or CleanPodPolicy.NONE
-        already = {a.name for a in self.actions if isinstance(a, Delete)}
         for pod in workers_of(self.s):
-            if is_terminating(pod) or name_of(pod) in already:
+            if is_terminating(pod):
                 continue
             if policy is CleanPodPolicy.ALL or (
                 policy is CleanPodPolicy.RUNNING and pod_phase(pod) not in FINISHED_PHASES

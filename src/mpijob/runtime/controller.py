@@ -30,7 +30,7 @@ log = logging.getLogger("mpijob.controller")
 
 # Child-name suffixes: an object named like a child of job J maps to J even when J does not own it,
 # so a conflicting object that goes away wakes its job up.
-_SUFFIXES = ("-launcher", "-config", "-ssh", "-workers")
+_SUFFIXES = tuple(name("") for name in (c.launcher_name, c.config_map_name, c.secret_name, c.pdb_name))
 
 
 def _controller_ref(meta: Any) -> dict[str, Any] | None:
@@ -113,7 +113,7 @@ class Controller:
             VERSION,
             PLURAL,
             name="mpijobs",
-            fn=lambda namespace, name, body, **_: {(namespace, name): dict(body)},
+            fn=lambda namespace, name, body, **_: {(namespace, name): slim.mpijob(body)},
         )
         index("v1", "pods", name="pods", fn=lambda namespace, name, body, **_: {(namespace, name): slim.pod(body)})
 

@@ -17,13 +17,19 @@ _META_KEYS = (
     "ownerReferences",
     "deletionTimestamp",
     "creationTimestamp",
-    "generation",
 )
 
 
 def _meta(body: Mapping[str, Any]) -> dict[str, Any]:
     meta = body.get("metadata") or {}
     return {k: meta[k] for k in _META_KEYS if k in meta}
+
+
+def mpijob(body: Mapping[str, Any]) -> dict[str, Any]:
+    """Our own objects: everything but managedFields (often the largest part, never read)."""
+    out = dict(body)
+    out["metadata"] = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    return out
 
 
 def pod(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -77,6 +83,4 @@ def owned_object(body: Mapping[str, Any], kind: str) -> dict[str, Any]:
         for key in ("spec", "data"):
             if key in body:
                 out[key] = body[key]
-    if kind == "Secret":
-        out["dataKeys"] = sorted((body.get("data") or {}).keys())
     return out
