@@ -1,0 +1,70 @@
+"""Two operators with --leader-elect: only the Lease holder writes; when it dies, the standby takes over."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from kube import Kube, eventually, has_condition, live, mpijob
+from operator_harness import OperatorProcess
+
+from mpijob.executor.client import ApiError
+
+pytestmark = pytest.mark.integration
+
+
+async def test_only_the_lease_holder_reconciles_and_a_standby_takes_over_when_it_dies(
+    kube: Kube, kubeconfig: Path, running_operator: OperatorProcess, tmp_path: Path
+) -> None:
+    lock_ns = kube.ns  # the Lease lives in the test's namespace, so it goes away with it
+    args = ("--leader-elect", "--lock-namespace", lock_ns)
+    first = OperatorProcess(kubeconfig, tmp_path, args)
+    second = OperatorProcess(kubeconfig, tmp_path / "b", args)
+    (tmp_path / "b").mkdir()
+    running_operator.stop()  # the session's operator does not take part in the election
+    try:
+        first.start()
+
+        async def lease_holder() -> str | None:
+            try:
+                lease = await kube.client.get(
+                    f"/apis/coordination.k8s.io/v1/namespaces/{lock_ns}/leases/mpijob-operator"
+                )
+            except ApiError:
+                return None
+            holder: str | None = (lease.get("spec") or {}).get("holderIdentity")
+            return holder
+
+        leader = await eventually(lease_holder, within=60, what="the first operator to take the Lease")
+        second.start()
+        await asyncio.sleep(3)  # the standby is up, watching, and must not lead
+        assert await lease_holder() == leader
+
+        await kube.create(mpijob("le-a", workers=2))
+
+        async def running(name: str) -> bool:
+            return has_condition(await kube.job(name), "Running")
+
+        await eventually(lambda: running("le-a"), what="le-a Running under the first leader")
+        assert "leading as" not in second.log_tail(400)
+
+        first.stop(kill=True)  # no chance to release the Lease: the standby waits for it to expire
+        await kube.create(mpijob("le-b", workers=2))
+        new_leader = await eventually(
+            lambda: _changed(lease_holder, leader), within=90, what="the standby to take the Lease"
+        )
+        assert new_leader != leader
+        await eventually(lambda: running("le-b"), within=60, what="le-b Running under the new leader")
+        assert len(live(await kube.workers("le-b"))) == 2
+        assert "leading as" in second.log_tail(400)
+    finally:
+        first.stop()
+        second.stop()
+        running_operator.start()
+
+
+async def _changed(read: Callable[[], Awaitable[str | None]], old: str) -> str | None:
+    value = await read()
+    return value if value and value != old else None
