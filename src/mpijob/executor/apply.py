@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +34,8 @@ class Outcome:
     error: Exception | None = None
     # resourceVersion of the MPIJob after our last write to it, if we wrote it.
     job_resource_version: str | None = None
+    # Pods this batch created: the cache must show them before the job is planned again.
+    created_pods: list[str] = field(default_factory=list)
 
 
 class Executor:
@@ -61,6 +63,8 @@ class Executor:
                 elif isinstance(action, Create):
                     skip_next_event = not await self._create(namespace, action)
                     outcome.writes += 0 if skip_next_event else 1
+                    if not skip_next_event and action.obj["kind"] == "Pod":
+                        outcome.created_pods.append(action.obj["metadata"]["name"])
                 elif isinstance(action, Patch):
                     is_job = action.kind == "MPIJob" and action.name == job_name
                     result = await self._patch(namespace, action, job_rv if is_job else None)

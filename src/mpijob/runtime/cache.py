@@ -97,6 +97,10 @@ class Cache:
         value: Obj | None = _one(self.indexes.get("mpijobs"), key)
         return value
 
+    def pod(self, namespace: str, name: str) -> Obj | None:
+        value: Obj | None = _one(self.indexes.get("pods"), (namespace, name))
+        return value
+
     def mpijob_keys(self) -> list[Key]:
         return list(self.indexes.get("mpijobs") or {})
 

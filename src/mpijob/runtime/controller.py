@@ -30,6 +30,8 @@ log = logging.getLogger("mpijob.controller")
 
 # Child-name suffixes: an object named like a child of job J maps to J even when J does not own it,
 # so a conflicting object that goes away wakes its job up.
+# How long a reconcile waits for the cache to show pods it created before planning anyway.
+EXPECTATION_TIMEOUT = 10.0
 _SUFFIXES = tuple(name("") for name in (c.launcher_name, c.config_map_name, c.secret_name, c.pdb_name))
 
 
@@ -98,6 +100,7 @@ class Controller:
         # resourceVersion we last wrote per job: a cache older than that is stale (our own watch event
         # is on its way and will enqueue the job again), so planning on it would only cause a 409.
         self.written: dict[Key, int] = {}
+        self.expected_pods: dict[Key, tuple[set[str], float]] = {}
         self.leading = asyncio.Event()
 
     # -- watch side --------------------------------------------------------------------------------
@@ -182,14 +185,28 @@ class Controller:
         on_event(("v1", "nodes"), node_keys, "node_events")
 
     # -- work side ---------------------------------------------------------------------------------
+    def _pods_seen(self, key: Key) -> bool:
+        """Whether the cache shows every pod we created for this job (or we stopped waiting)."""
+        expected = self.expected_pods.get(key)
+        if expected is None:
+            return True
+        names, deadline = expected
+        if time.monotonic() > deadline or all(self.cache.pod(key[0], n) is not None for n in names):
+            del self.expected_pods[key]
+            return True
+        return False
+
     async def reconcile(self, key: Key) -> float | None:
         """One pass for one job. Returns seconds until the job wants another look, if it does."""
         job = self.cache.mpijob(key)
         if job is None:
             self.written.pop(key, None)
+            self.expected_pods.pop(key, None)
             return None
         if _rv(job) < self.written.get(key, 0):
             return 1.0  # fallback only: the watch event for our write normally comes first
+        if not self._pods_seen(key):
+            return 0.05  # our pod creates are not in the cache yet; their events will enqueue us too
         started = time.perf_counter()
         actions = plan(self.cache.snapshot(job, self.clock(), self.config))
         outcome = await self.executor.apply(job, actions)
@@ -198,6 +215,10 @@ class Controller:
         self.stats.reconcile_seconds += time.perf_counter() - started
         if outcome.job_resource_version is not None:
             self.written[key] = _rv(outcome.job_resource_version)
+        if outcome.created_pods:
+            # Expectations, as client-go controllers keep them: planning again before the cache shows these
+            # pods would count them as missing (Append would even pick new indexes for them).
+            self.expected_pods[key] = (set(outcome.created_pods), time.monotonic() + EXPECTATION_TIMEOUT)
         if outcome.error is not None:
             raise outcome.error
         if outcome.conflict is not None:
