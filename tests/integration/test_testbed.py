@@ -9,6 +9,7 @@ import asyncio
 import ipaddress
 import os
 import signal
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -281,6 +282,10 @@ def test_up_is_idempotent_restarts_stale_and_down_leaves_nothing(tmp_path: Path)
         kwok = next(c for c in before.components if c.name == "kwok")
         assert kwok.pid is not None
         os.kill(kwok.pid, signal.SIGKILL)
+        # SIGKILL is delivered asynchronously: give the kernel a moment to end the process.
+        deadline = time.monotonic() + 10
+        while cluster.is_running(state_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert not cluster.is_running(state_dir)
         restarted = cluster.up(nodes=1, state_dir=state_dir)
         assert restarted.started
