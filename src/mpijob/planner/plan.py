@@ -87,6 +87,7 @@ class _Planner:
         launcher = snapshot.launcher
         self.launcher_pods = snapshot.launcher_pods if launcher is not None and is_owned_by(launcher, self.job) else ()
         self.last: list[Action] = []
+        self.workers = workers_of(snapshot)
 
     # -- helpers -----------------------------------------------------------------------------------
     def emit(self, type_: str, reason: str, message: str) -> None:
@@ -382,7 +383,7 @@ class _Planner:
         }
 
     def worker_status(self, wp: WorkerPlan) -> None:
-        workers = workers_of(self.s)
+        workers = self.workers
         live = [p for p in workers if not is_terminating(p)]
         running = [p for p in wp.kept if pod_phase(p) == "Running"]
         worker_status: dict[str, Any] = {
@@ -471,11 +472,11 @@ class _Planner:
         if self.spec.elastic_policy is None:
             evicted = [
                 p
-                for p in workers_of(self.s)
+                for p in self.workers
                 if pod_phase(p) == "Failed" and (p.get("status") or {}).get("reason") == "Evicted"
             ]
             if evicted:
-                total = len(workers_of(self.s))
+                total = len(self.workers)
                 self.status["completionTime"] = self.now
                 self.condition(
                     st.FAILED,
@@ -493,7 +494,7 @@ class _Planner:
             self.status["completionTime"] = self.now
         self.status.setdefault("replicaStatuses", {})["Launcher"] = self.launcher_status()
         policy = self.spec.run_policy.clean_pod_policy or CleanPodPolicy.NONE
-        for pod in workers_of(self.s):
+        for pod in self.workers:
             if is_terminating(pod):
                 continue
             if policy is CleanPodPolicy.ALL or (
@@ -502,7 +503,7 @@ class _Planner:
                 self.delete_pod(pod, f"job finished (cleanPodPolicy {policy.value})")
         # Keep the worker counts true after cleanup (the Ready column of `kubectl get`).
         deleted = {a.name for a in self.actions if isinstance(a, Delete)}
-        remaining = [p for p in workers_of(self.s) if not is_terminating(p) and name_of(p) not in deleted]
+        remaining = [p for p in self.workers if not is_terminating(p) and name_of(p) not in deleted]
         worker_status = self.status["replicaStatuses"].get("Worker")
         if worker_status is not None:
             worker_status["active"] = sum(1 for p in remaining if pod_phase(p) == "Running")
@@ -521,21 +522,28 @@ class _Planner:
                 self.wake.append(left)
 
     def write_status(self) -> None:
-        self.status["state"] = st.state(self.status)
         self.status.setdefault("replicaStatuses", {})
-        if self.status != self.old_status:
-            self.status["lastReconcileTime"] = self.now
-            self.actions.append(
-                Patch(
-                    API_VERSION,
-                    "MPIJob",
-                    self.name,
-                    {"status": _merge_patch_to(self.old_status, self.status)},
-                    resource_version=meta(self.job).get("resourceVersion"),
-                    subresource="status",
-                )
-            )
+        patch = _status_patch(self.job, self.old_status, self.status, self.now)
+        if patch is not None:
+            self.actions.append(patch)
             self.actions.extend(self.status_events)
+
+
+def _status_patch(job: Obj, old: dict[str, Any], new: dict[str, Any], now: str) -> Patch | None:
+    """The status write, only when the status changed (a steady job writes nothing), optimistic on the
+    job's resourceVersion. Sets `state` (and `lastReconcileTime` when writing) on `new`."""
+    new["state"] = st.state(new)
+    if new == old:
+        return None
+    new["lastReconcileTime"] = now
+    return Patch(
+        API_VERSION,
+        "MPIJob",
+        name_of(job),
+        {"status": _merge_patch_to(old, new)},
+        resource_version=meta(job).get("resourceVersion"),
+        subresource="status",
+    )
 
 
 def _merge_patch_to(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -568,22 +576,12 @@ def _invalid(snapshot: Snapshot, errors: list[str]) -> list[Action]:
     status = copy.deepcopy(old)
     now = format_time(snapshot.now)
     message = "; ".join(errors)
-    actions: list[Action] = []
     if not status.get("conditions"):
         st.set_condition(status, st.CREATED, True, "MPIJobCreated", "MPIJob is created.", now)
-    if st.set_condition(status, st.FAILED, True, "InvalidSpec", message, now):
-        actions.append(Emit("Warning", "ValidationError", message))
+    flipped = st.set_condition(status, st.FAILED, True, "InvalidSpec", message, now)
     status.setdefault("completionTime", now)
-    status["state"] = st.state(status)
-    if status != old:
-        actions.append(
-            Patch(
-                API_VERSION,
-                "MPIJob",
-                name_of(snapshot.job),
-                {"status": status},
-                resource_version=meta(snapshot.job).get("resourceVersion"),
-                subresource="status",
-            )
-        )
+    patch = _status_patch(snapshot.job, old, status, now)
+    actions: list[Action] = [patch] if patch is not None else []
+    if flipped:  # announced after the status write, like every state change
+        actions.append(Emit("Warning", "ValidationError", message))
     return actions
