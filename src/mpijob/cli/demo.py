@@ -22,12 +22,11 @@ from typing import Any
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
 from mpijob.cli.elastic import pod_table
-from mpijob.cli.kube import job_path, worker_pods
+from mpijob.cli.kube import client, job_path, worker_pods
 from mpijob.cli.operator import install_crd
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import object_path
 from mpijob.planner.hostfile import parse_discovery_output
-from mpijob.runtime.operator import load_api_client
 from mpijob.testbed import cluster
 from mpijob.testbed.nodes import SPOT_ITN_TAINT, taint_node, untaint_node
 
@@ -166,9 +165,8 @@ def _print_discovery(hosts: list[tuple[str, int]]) -> None:
 
 
 async def _scenario(kubeconfig: Path, clock: Clock) -> None:
-    api = await load_api_client(str(kubeconfig))
-    kube = Client(api, qps=0, burst=1)
-    try:
+    async with client(str(kubeconfig)) as kube:
+        api = kube.api
         with contextlib.suppress(ApiError):
             await kube.create(
                 "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
@@ -257,8 +255,6 @@ async def _scenario(kubeconfig: Path, clock: Clock) -> None:
                 print(f"    {event['type']:7} {event['reason']:20} {event['message']}")
         if not kept or pending:
             raise SystemExit("demo: the outcome is not the expected one (see above)")
-    finally:
-        await api.close()
 
 
 async def _gone(kube: Client) -> bool:
@@ -320,10 +316,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 async def _cleanup(kubeconfig: Path) -> None:
-    api = await load_api_client(str(kubeconfig))
-    try:
+    async with client(str(kubeconfig)) as kube:
+        api = kube.api
         await untaint_node(api, "node-2")
         with contextlib.suppress(ApiError):
-            await Client(api).delete(f"/api/v1/namespaces/{NAMESPACE}")
-    finally:
-        await api.close()
+            await kube.delete(f"/api/v1/namespaces/{NAMESPACE}")

@@ -10,8 +10,9 @@ from typing import Any
 
 from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
 from mpijob.api.crd import crd, crd_yaml
-from mpijob.executor.client import ApiError, Client
-from mpijob.runtime.operator import OperatorOptions, load_api_client
+from mpijob.cli.kube import client as cli_client
+from mpijob.executor.client import ApiError
+from mpijob.runtime.operator import OperatorOptions
 from mpijob.runtime.operator import main as operator_main
 
 
@@ -76,9 +77,7 @@ def _operator(args: argparse.Namespace) -> int:
 
 async def install_crd(kubeconfig: str | None) -> None:
     """Creates or replaces the CRD, then waits until the API server serves it."""
-    api = await load_api_client(kubeconfig)
-    try:
-        client = Client(api)
+    async with cli_client(kubeconfig) as client:
         body = crd()
         path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
         name = body["metadata"]["name"]
@@ -98,8 +97,6 @@ async def install_crd(kubeconfig: str | None) -> None:
                 return
             await asyncio.sleep(0.1)
         raise RuntimeError(f"CRD {name} not established after 30s")
-    finally:
-        await api.close()
 
 
 def _install(args: argparse.Namespace) -> int:
