@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION, MANAGED_BY_US, CleanPodPolicy, LauncherCreationPolicy, MPIJobSpec
-from mpijob.planner import children
+from mpijob.planner import children, podgroups
 from mpijob.planner import status as st
 from mpijob.planner.actions import Action, Create, Delete, Emit, Patch, RequeueAfter
 from mpijob.planner.hostfile import discover_hosts_script, hostfile
@@ -195,13 +195,16 @@ class _Planner:
             )
         self.ensure_secret()
         self.ensure_pdb()
+        self.ensure_pod_group(wanted=not suspended)
         # 4. Delete, then 5. create: after the status write, so that the status (discoveredHosts,
         #    leavingWorkers, lastWorkerIndex) records the decision before any pod goes away.
         start = len(self.actions)
         for pod in wp.to_delete:
             self.delete_pod(pod, "suspended" if suspended else "leaving the job")
         for index in wp.to_create:
-            self.create(children.worker_pod(self.job, spec, index, self.s.config.cluster_domain))
+            pod = children.worker_pod(self.job, spec, index, self.s.config.cluster_domain)
+            podgroups.decorate(pod["metadata"], pod["spec"], self.name, self.s.config.gang_scheduler)
+            self.create(pod)
         self.last += self.actions[start:]
         del self.actions[start:]
         if wp.to_create:
@@ -314,6 +317,19 @@ class _Planner:
                 Patch("policy/v1", "PodDisruptionBudget", name, {"spec": {"minAvailable": ep.min_replicas}})
             )
 
+    def ensure_pod_group(self, *, wanted: bool) -> None:
+        """The gang scheduler's PodGroup: there while the job runs, gone when suspended or finished."""
+        actions, conflict = podgroups.plan_pod_group(
+            self.job, self.spec, self.s.pod_group, self.s.config.gang_scheduler, wanted=wanted
+        )
+        if conflict:
+            self.conflicts.append(f"PodGroup {self.name}")
+        for action in actions:
+            if isinstance(action, Create):
+                self.create(action.obj)
+            else:
+                self.actions.append(action)
+
     def ensure_launcher(self, wp: WorkerPlan) -> None:
         spec = self.spec
         name = c.launcher_name(self.name)
@@ -326,7 +342,10 @@ class _Planner:
             if spec.launcher_creation_policy is LauncherCreationPolicy.AT_STARTUP or (ready and not wp.to_create):
                 # After the workers (which follow the status write), as the reference creates them.
                 start = len(self.actions)
-                self.create(children.launcher_job(self.job, spec))
+                launcher = children.launcher_job(self.job, spec)
+                tmpl = launcher["spec"]["template"]
+                podgroups.decorate(tmpl["metadata"], tmpl["spec"], self.name, self.s.config.gang_scheduler)
+                self.create(launcher)
                 self.last += self.actions[start:]
                 del self.actions[start:]
             return
@@ -362,6 +381,9 @@ class _Planner:
             for k, v in (cur_meta.get("labels") or {}).items()
             if k in default or k == c.LABEL_REPLICA_INDEX or k in selector
         }
+        gang = self.s.config.gang_scheduler
+        keep_labels.update(podgroups.group_labels(self.name, gang))
+        want["annotations"] = {**(want["annotations"] or {}), **podgroups.group_annotations(self.name, gang)}
         return {
             "spec": {
                 "suspend": False,
@@ -493,6 +515,7 @@ class _Planner:
         if not self.status.get("completionTime"):
             self.status["completionTime"] = self.now
         self.status.setdefault("replicaStatuses", {})["Launcher"] = self.launcher_status()
+        self.ensure_pod_group(wanted=False)
         policy = self.spec.run_policy.clean_pod_policy or CleanPodPolicy.NONE
         for pod in self.workers:
             if is_terminating(pod):
