@@ -408,6 +408,7 @@ def snap(
     pdb_obj: Obj | None = None,
     now: datetime = NOW,
     config: OperatorConfig | None = None,
+    pod_group: Obj | None = None,
 ) -> Snapshot:
     """A snapshot: `pods` are the job's own pods, `foreign` pods of the namespace the job does not own.
     Nodes default to every node a pod is bound to (healthy), so no worker looks like it lost its node."""
@@ -428,6 +429,7 @@ def snap(
         secret=secret_obj,
         pdb=pdb_obj,
         nodes=dict(node_map),
+        pod_group=pod_group,
         config=config or OperatorConfig(),
     )
 

@@ -271,8 +271,9 @@ def plan_pod_group(
         if have.get(key) != want.get(key):
             patch[key] = want.get(key)
     if not _same_resources(have.get("minResources"), want.get("minResources")):
-        old = have.get("minResources") if isinstance(have.get("minResources"), dict) else {}
-        new = want.get("minResources") or {}
+        current_resources = have.get("minResources")
+        old: dict[str, Any] = current_resources if isinstance(current_resources, dict) else {}
+        new: dict[str, Any] = want.get("minResources") or {}
         # A merge patch keeps keys it does not name: null the ones that must go.
         patch["minResources"] = {**{k: None for k in old if k not in new}, **new} if new else None
     if not patch:
