@@ -361,3 +361,20 @@ def test_patches_on_a_pod_group_are_optimistic() -> None:
 
     assert isinstance(patch, Patch) and patch.resource_version is not None
     assert c.LABEL_JOB_NAME in patch.patch["metadata"]["labels"]
+
+
+@pytest.mark.parametrize("example", ["gang-coscheduling.yaml", "kueue-elastic.yaml"])
+def test_scheduling_examples_are_valid_mpijobs(example: str) -> None:
+    import pathlib
+
+    import yaml
+
+    from mpijob.planner.plan import validate
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "examples" / example
+    jobs = [d for d in yaml.safe_load_all(path.read_text()) if d and d.get("kind") == "MPIJob"]
+    assert jobs
+    for job in jobs:
+        job["metadata"].setdefault("namespace", "default")
+        spec, errors = validate(job)
+        assert spec is not None and errors == []
