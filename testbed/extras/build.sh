@@ -2,7 +2,9 @@
 # Builds the testbed's optional scheduling components from the Go module proxy, each inside its own
 # downloaded module (so its go.mod, replace directives and go.sum apply exactly as upstream pins them):
 #   kueue                        sigs.k8s.io/kueue           ./cmd/kueue      (Kueue's controller manager)
-#   scheduler-plugins-scheduler  sigs.k8s.io/scheduler-plugins ./cmd/scheduler (kube-scheduler + coscheduling)
+#   scheduler-plugins-scheduler  kube-scheduler v1.37.2 + the Coscheduling plugin of sigs.k8s.io/scheduler-plugins
+#                                v0.34.7, from testbed/extras/scheduler-plugins (go.mod explains why not upstream's
+#                                own cmd/scheduler: some of its pinned modules are not served here)
 # Volcano (volcano.sh/volcano) is not built: the module proxy refuses it here (403, "not available").
 # Output: $MPIJOB_TESTBED_EXTRAS_BIN (default <repo>/.cache/testbed/extras), git-ignored, with a stamp
 # of its own so the core testbed (testbed/build.sh) never rebuilds because of these.
@@ -12,17 +14,20 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 out="${MPIJOB_TESTBED_EXTRAS_BIN:-$repo/.cache/testbed/extras}"
 kueue_version="v0.17.0"
-scheduler_plugins_version="v0.34.7"
 
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false"
 mkdir -p "$out"
 start=$SECONDS
 step() { printf '[extras build %4ds] %s\n' $((SECONDS - start)) "$*"; }
 
-build() {  # build <name> <module> <version> <package>
+up_to_date() {  # up_to_date <name> <stamp>
+  [[ -x "$out/$1" && -f "$out/$1.stamp" && "$(cat "$out/$1.stamp")" == "$2" && -f "$out/$1.module" ]]
+}
+
+build() {  # build <name> <module> <version> <package>: inside the downloaded module itself
   local name="$1" module="$2" version="$3" pkg="$4"
   local want; want="$(cat "$here/build.sh" | sha256sum | cut -c1-16) $module@$version $(go version)"
-  if [[ -x "$out/$name" && -f "$out/$name.stamp" && "$(cat "$out/$name.stamp")" == "$want" ]]; then
+  if up_to_date "$name" "$want"; then
     step "$name up to date in $out"
     return 0
   fi
@@ -39,12 +44,29 @@ build() {  # build <name> <module> <version> <package>
   step "built $out/$name"
 }
 
+build_coscheduling() {  # our wrapper module (testbed/extras/scheduler-plugins)
+  local name=scheduler-plugins-scheduler dir="$here/scheduler-plugins"
+  local want; want="$(cat "$here/build.sh" "$dir/go.mod" "$dir/go.sum" "$dir"/cmd/*/main.go | sha256sum | cut -c1-16) $(go version)"
+  if up_to_date "$name" "$want"; then
+    step "$name up to date in $out"
+    return 0
+  fi
+  step "downloading modules of testbed/extras/scheduler-plugins"
+  (cd "$dir" && go mod download)
+  step "go build $name (kube-scheduler + Coscheduling; cold: several minutes on 2 cores)"
+  (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$out/$name.tmp" ./cmd/coscheduling-scheduler)
+  mv "$out/$name.tmp" "$out/$name"
+  (cd "$dir" && go list -m -f '{{.Dir}}' sigs.k8s.io/scheduler-plugins) > "$out/$name.module"
+  echo "$want" > "$out/$name.stamp"
+  step "built $out/$name"
+}
+
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(kueue coscheduling)
 for t in "${targets[@]}"; do
   case "$t" in
     kueue) build kueue sigs.k8s.io/kueue "$kueue_version" cmd/kueue ;;
-    coscheduling) build scheduler-plugins-scheduler sigs.k8s.io/scheduler-plugins "$scheduler_plugins_version" cmd/scheduler ;;
+    coscheduling) build_coscheduling ;;
     volcano) echo "volcano: not buildable here (volcano.sh/volcano is not served by the Go module proxy)" >&2; exit 3 ;;
     *) echo "unknown component $t (kueue, coscheduling)" >&2; exit 2 ;;
   esac
