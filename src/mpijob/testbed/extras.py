@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from mpijob.api.crd import crd as mpijob_crd
-from mpijob.testbed import processes
+from mpijob.testbed import certs, processes
 from mpijob.testbed.certs import Pki
 from mpijob.testbed.errors import TestbedError
 from mpijob.testbed.paths import Layout, repo_root
@@ -267,8 +267,29 @@ def _kueue_crds(module: Path, base_url: str, ca_bundle: str) -> list[dict[str, A
     return crds
 
 
+# Kueue v0.17 reads a metrics certificate from this fixed path whenever its own certificate manager is off
+# (cmd/kueue/main.go), even with the metrics endpoint disabled; it exits if the files are missing.
+KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
+
+
+def _ensure_kueue_metrics_certs(directory: Path = KUEUE_METRICS_CERTS) -> None:
+    """A throwaway self-signed pair there (never a testbed key: the endpoint that would use it is off)."""
+    if (directory / "tls.crt").is_file() and (directory / "tls.key").is_file():
+        return
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        cert, key = certs.self_signed()
+        (directory / "tls.crt").write_bytes(cert)
+        fd = os.open(directory / "tls.key", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+    except OSError as err:
+        raise TestbedError(f"Kueue needs a certificate pair in {directory} (its fixed metrics path): {err}") from err
+
+
 def _start_kueue(layout: Layout, rest: Rest, bin_dir: Path, echo: Echo) -> Running:
     module = module_dir(KUEUE)
+    _ensure_kueue_metrics_certs()
     pki = Pki(layout.pki)
     workdir = layout.root / "extras" / KUEUE
     (workdir / "certs").mkdir(parents=True, exist_ok=True)
