@@ -61,16 +61,16 @@ def coscheduling(testbed: cluster.Testbed | None) -> None:
 
 
 @pytest.fixture
-def gang_operator(
-    coscheduling: None, operator: OperatorProcess, kubeconfig: Path, testbed: cluster.Testbed | None
-) -> Iterator[OperatorProcess]:
-    """The operator with --gang-scheduling, in place of the session's (two operators would fight over the
-    same jobs); the session's is started again by the next test that needs it."""
+def gang_kube(
+    coscheduling: None, kube: Kube, operator: OperatorProcess, kubeconfig: Path, testbed: cluster.Testbed | None
+) -> Iterator[Kube]:
+    """`kube`, with the operator running with --gang-scheduling in place of the session's (two operators
+    would fight over the same jobs); the session's is started again by the next test that needs it."""
     operator.stop()
     log_dir = testbed.state_dir if testbed is not None else kubeconfig.parent
     proc = OperatorProcess(kubeconfig, log_dir, extra_args=("--gang-scheduling", GANG_SCHEDULER))
     proc.start()
-    yield proc
+    yield kube
     proc.stop()
 
 
@@ -357,9 +357,8 @@ async def _job_pods(kube: Kube, job: str) -> list[Obj]:
     return live(await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}"))
 
 
-async def test_coscheduling_binds_no_pod_of_a_job_until_its_whole_gang_fits(
-    gang_operator: OperatorProcess, api: ApiClient, kube: Kube
-) -> None:
+async def test_coscheduling_binds_no_pod_of_a_job_until_its_whole_gang_fits(gang_kube: Kube, api: ApiClient) -> None:
+    kube = gang_kube
     async with own_nodes(api, kube, "a", "b", "c") as nodes:
         # 30 of node a's 32 CPUs taken: only b and c have room for a 20-CPU worker, the job needs three.
         blocker = {
@@ -397,13 +396,14 @@ async def test_coscheduling_binds_no_pod_of_a_job_until_its_whole_gang_fits(
             pods = await _job_pods(kube, "gang")
             return len(pods) == 4 and all(p["spec"].get("nodeName") for p in pods)
 
-        await eventually(all_bound, within=120, what="the whole gang bound once it fits")
+        await eventually(all_bound, within=180, what="the whole gang bound once it fits")
         await _running_workers(kube, "gang", 3)
 
 
 async def test_coscheduled_elastic_job_shrunk_by_a_spot_taint_keeps_running_and_can_grow_back(
-    gang_operator: OperatorProcess, api: ApiClient, kube: Kube
+    gang_kube: Kube, api: ApiClient
 ) -> None:
+    kube = gang_kube
     async with own_nodes(api, kube, "a", "b") as nodes:
         spread = {"e2e.mpijob.io/spread": "shrink"}
         body = _gang_job(

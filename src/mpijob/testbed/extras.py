@@ -319,7 +319,7 @@ def _start_kueue(layout: Layout, rest: Rest, bin_dir: Path, echo: Echo) -> Runni
 # --- scheduler-plugins (coscheduling) ------------------------------------------------------------------------
 
 
-def coscheduling_config(kubeconfig: Path, permit_wait_seconds: int = 30) -> dict[str, Any]:
+def coscheduling_config(kubeconfig: Path, permit_wait_seconds: int = 10) -> dict[str, Any]:
     """A second scheduler whose only profile gang-schedules pods through the Coscheduling plugin."""
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
@@ -358,6 +358,10 @@ def _start_coscheduling(layout: Layout, rest: Rest, bin_dir: Path, echo: Echo) -
         f"--secure-port={port}",
         f"--tls-cert-file={pki.serving_cert}",
         f"--tls-private-key-file={pki.serving_key}",
+        # A gang rejected at Permit is retried on a sibling pod or PodGroup event only (in a cluster the
+        # scheduler-plugins controller's PodGroup status updates provide those), or when the scheduler
+        # flushes its unschedulable pods: every 5 minutes by default, every 15 s here.
+        "--pod-max-in-unschedulable-pods-duration=15s",
     ]
     started = time.monotonic()
     pid = processes.spawn(argv, log_path=log, pid_path=layout.pid(BINARY[COSCHEDULING]))

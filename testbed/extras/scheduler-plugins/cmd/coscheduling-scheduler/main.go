@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/component-base/cli"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+	// Registers the plugins' argument types (CoschedulingArgs) with the scheduler's configuration scheme.
+	_ "sigs.k8s.io/scheduler-plugins/apis/config/scheme"
 	"sigs.k8s.io/scheduler-plugins/pkg/coscheduling"
 )
 
