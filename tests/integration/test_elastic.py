@@ -654,7 +654,6 @@ async def test_every_kind_of_bad_name_in_workers_to_delete_is_warned_about_dropp
         bad = {
             launcher["metadata"]["name"]: "launcher",
             theirs[0]["metadata"]["name"]: "not a pod of this job",
-            "other-ns/x": "another namespace",
             "nope-worker-9": "no such pod",
         }
         watched = [launcher, theirs[0], *ours]

@@ -182,7 +182,7 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         )
         for name in draw(st.lists(st.sampled_from(foreign_names), unique=True, max_size=5))
     ]
-    candidates = ours + [p["metadata"]["name"] for p in foreign] + ["team-b/pi-worker-0", "pi-worker-99", "pi-launcher"]
+    candidates = ours + [p["metadata"]["name"] for p in foreign] + ["pi-worker-0x", "pi-worker-99", "pi-launcher"]
     job["spec"]["elasticPolicy"]["workersToDelete"] = draw(
         st.lists(st.sampled_from(candidates), unique=True, max_size=5)
     )
@@ -284,7 +284,7 @@ def scale_ins(draw: st.DrawFn) -> tuple[Snapshot, list[str], int]:
     ]
     names = [p["metadata"]["name"] for p in pods]
     listed = draw(st.lists(st.sampled_from(names), unique=True, max_size=len(names) - low))
-    junk = draw(st.lists(st.sampled_from(["pi-launcher", "team-b/pi-worker-0", "pi-worker-99"]), unique=True))
+    junk = draw(st.lists(st.sampled_from(["pi-launcher", "pi-worker-0x", "pi-worker-99"]), unique=True))
     job["spec"]["elasticPolicy"]["workersToDelete"] = draw(st.permutations(listed + junk))
     further = draw(st.integers(0, len(names) - len(listed) - low))
     replicas = len(names) - len(listed) - further

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from mpijob.api import constants as c
+from mpijob.api import rules
 from mpijob.api.models import API_VERSION, MANAGED_BY_US, CleanPodPolicy, LauncherCreationPolicy, MPIJobSpec
 from mpijob.planner import children
 from mpijob.planner import status as st
@@ -37,36 +38,22 @@ from mpijob.planner.workers import FINISHED_PHASES, WorkerPlan, plan_workers, wo
 
 
 def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
-    """Parses the spec and checks what the schema cannot (or what an older CRD may have let through)."""
+    """Parses the spec and checks the cross-field rules: the same definitions the CRD is generated from
+    (models and `api/rules.py`), for objects an older CRD let through or edited while we were down."""
+    errors = [f"{r.field_path.lstrip('.')}: {r.message}" for r in rules.broken(rules.ROOT_RULES, job)]
+    raw = job.get("spec") or {}
     try:
-        spec = MPIJobSpec.model_validate(job.get("spec") or {})
+        spec = MPIJobSpec.model_validate(raw)
     except ValidationError as err:
-        errors = []
         for e in err.errors():
             field = ".".join(str(p) for p in e["loc"])
             errors.append(f"spec.{field}: {e['msg']}")
         return None, errors
-    errors = []
-    launcher = spec.mpi_replica_specs.get("Launcher")  # type: ignore[call-overload]
-    if launcher is None:
-        errors.append("spec.mpiReplicaSpecs.Launcher: is required")
-    elif launcher.replicas not in (None, 1):
-        errors.append("spec.mpiReplicaSpecs.Launcher.replicas: must be 1")
+    errors += [f"spec{r.field_path}: {r.message}" for r in rules.broken(rules.SPEC_RULES, raw)]
     for kind, rspec in spec.mpi_replica_specs.items():
+        # The CRD's template schema: at least one container.
         if not (rspec.template.get("spec") or {}).get("containers"):
             errors.append(f"spec.mpiReplicaSpecs.{kind}.template.spec.containers: at least one container")
-    ep = spec.elastic_policy
-    if ep is not None:
-        if ep.max_replicas is not None and ep.max_replicas < ep.min_replicas:
-            errors.append("spec.elasticPolicy.maxReplicas: must be >= minReplicas")
-        replicas = spec.worker_replicas
-        if replicas < ep.min_replicas or (ep.max_replicas is not None and replicas > ep.max_replicas):
-            errors.append("spec.mpiReplicaSpecs.Worker.replicas: must lie in [minReplicas, maxReplicas]")
-    elif spec.worker is not None and spec.worker_replicas < 1:
-        errors.append("spec.mpiReplicaSpecs.Worker.replicas: must be greater than or equal to 1")
-    name = name_of(job)
-    if len(c.worker_name(name, max(spec.worker_replicas - 1, 0))) > 63:
-        errors.append("metadata.name: too long; worker pod names must be DNS labels (<= 63 characters)")
     return spec, errors
 
 
