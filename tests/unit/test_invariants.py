@@ -336,7 +336,7 @@ def _steps() -> st.SearchStrategy[list[Step]]:
             Step,
             st.just("bad-names"),
             st.lists(
-                st.sampled_from(["pi-launcher", "other-worker-0", "x/y", "pi-worker-77"]),
+                st.sampled_from(["pi-launcher", "other-worker-0", "x-y", "pi-worker-77"]),
                 unique=True,
                 min_size=1,
                 max_size=2,

@@ -110,6 +110,10 @@ class _Planner:
 
     # -- the plan ------------------------------------------------------------------------------------
     def run(self) -> list[Action]:
+        if st.is_true(self.status, st.INVALID_SPEC):
+            # A bad edit was fixed: the job goes on from where it was.
+            st.set_condition(self.status, st.INVALID_SPEC, False, "SpecFixed", "the spec is valid again", self.now)
+            self.status_events.append(Emit("Normal", "SpecFixed", "the spec is valid again; resuming"))
         if not self.status.get("conditions"):
             self.condition(
                 st.CREATED,
@@ -553,8 +557,50 @@ def plan(snapshot: Snapshot) -> list[Action]:
         return []
     spec, errors = validate(job)
     if spec is None or errors:
+        if _started(snapshot):
+            return _invalid_edit(snapshot, errors)
         return _invalid(snapshot, errors)
     return _Planner(snapshot, spec).run()
+
+
+def _started(snapshot: Snapshot) -> bool:
+    """Whether the job ever ran or has anything running: then a bad spec is an edit, not a bad job."""
+    status = snapshot.job.get("status") or {}
+    launcher = snapshot.launcher
+    return (
+        bool(status.get("startTime"))
+        or st.is_finished(status)
+        or bool(snapshot.owned_pods)
+        or (launcher is not None and is_owned_by(launcher, snapshot.job))
+    )
+
+
+def _invalid_edit(snapshot: Snapshot, errors: list[str]) -> list[Action]:
+    """A started job whose spec became invalid: said in a condition and a Warning naming the field, and
+    nothing else. It is neither finished nor cleaned up (a typo must not end a week of training); its pods
+    are left alone; fixing the spec resumes it where it was."""
+    old = copy.deepcopy(snapshot.job.get("status") or {})
+    status = copy.deepcopy(old)
+    now = format_time(snapshot.now)
+    message = "; ".join(errors) + "; the job is left as it was until the spec is fixed"
+    flipped = st.set_condition(status, st.INVALID_SPEC, True, "InvalidSpecEdit", message, now)
+    # Only the condition changes: `state` and everything else keep what the last valid plan wrote.
+    status["state"] = old.get("state", st.state(old))
+    if status == old:
+        return []
+    status["lastReconcileTime"] = now
+    patch = Patch(
+        API_VERSION,
+        "MPIJob",
+        name_of(snapshot.job),
+        {"status": _merge_patch_to(old, status)},
+        resource_version=meta(snapshot.job).get("resourceVersion"),
+        subresource="status",
+    )
+    actions: list[Action] = [patch]
+    if flipped:
+        actions.append(Emit("Warning", "ValidationError", message))
+    return actions
 
 
 def _invalid(snapshot: Snapshot, errors: list[str]) -> list[Action]:
