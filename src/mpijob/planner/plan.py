@@ -569,7 +569,6 @@ def _started(snapshot: Snapshot) -> bool:
     launcher = snapshot.launcher
     return (
         bool(status.get("startTime"))
-        or st.is_finished(status)
         or bool(snapshot.owned_pods)
         or (launcher is not None and is_owned_by(launcher, snapshot.job))
     )

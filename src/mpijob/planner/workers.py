@@ -63,6 +63,9 @@ class WorkerPlan:
     discovery_names: list[str] = field(default_factory=list)
     foreign_names: list[str] = field(default_factory=list)
     wake_after: float | None = None
+    # Serving workers on a cordoned node kept in service (not listed) so that a soft signal never takes the
+    # job below minReplicas; as many replacements are created first (make before break).
+    held: list[str] = field(default_factory=list)
 
 
 def workers_of(snapshot: Snapshot) -> list[Obj]:
@@ -96,6 +99,26 @@ def node_signal(snapshot: Snapshot, node: str | None) -> str | None:
     if snapshot.config.cordon_is_termination and spec.get("unschedulable"):
         return "cordoned"
     return None
+
+
+# Signals that only say a node *may* go: a cordon (drains, but also maintenance and debugging start with one).
+SOFT_SIGNALS = frozenset({"cordoned"})
+
+
+def _hold_soft_signals(
+    signals: list[Signal], serving: list[Obj], min_replicas: int, job_name: str
+) -> tuple[list[Signal], list[Obj]]:
+    """Splits the signals into those acted on now and the soft ones held back: a soft signal may take the
+    serving workers down to minReplicas, never below; below it, replacements must run first. Only a hard
+    signal (node deleted, a termination taint, out-of-service) removes serving workers below the floor."""
+    soft = [s for s in signals if s.signal in SOFT_SIGNALS and pod_phase(s.pod) == "Running"]
+    if not soft:
+        return signals, []
+    hard_serving = sum(1 for s in signals if s.signal not in SOFT_SIGNALS and pod_phase(s.pod) == "Running")
+    allowed = max(0, len(serving) - hard_serving - min_replicas)
+    ranked = rank_victims([s.pod for s in soft], lambda p: index_of(job_name, p), lambda _: True)
+    hold = {name_of(p) for p in ranked[allowed:]}
+    return [s for s in signals if name_of(s.pod) not in hold], [s.pod for s in soft if name_of(s.pod) in hold]
 
 
 def _is_leaving(pod: Obj) -> bool:
@@ -237,6 +260,9 @@ def _plan_elastic(
             signal = node_signal(snapshot, pod_node(pod))
             if signal is not None:
                 result.signals.append(Signal(pod, pod_node(pod) or "", signal))
+        serving = [p for p in unaccounted if p not in external and pod_phase(p) == "Running"]
+        result.signals, held = _hold_soft_signals(result.signals, serving, policy.min_replicas, job_name)
+        result.held = [name_of(p) for p in held]
     new_replicas = replicas
     additions: list[str] = [s.pod["metadata"]["name"] for s in result.signals]
     if policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended:
@@ -307,9 +333,11 @@ def _plan_elastic(
         elif not counts(pod):
             result.to_leave.append(Leave(pod, f"worker {pod_phase(pod)}"))
     target = 0 if suspended else replicas
-    if len(kept) > target:
+    # Held workers keep serving until as many replacements run: they are counted on top of the target.
+    surge = 0 if suspended else len(result.held)
+    if len(kept) > target + surge:
         ranked = rank_victims(kept, lambda p: index_of(job_name, p), lambda n: node_signal(snapshot, n) is not None)
-        excess = ranked[: len(kept) - target]
+        excess = ranked[: len(kept) - target - surge]
         result.to_leave += [Leave(p, "suspended" if suspended else "scale-down") for p in excess]
         gone = {name_of(p) for p in excess}
         kept = [p for p in kept if name_of(p) not in gone]
@@ -341,11 +369,20 @@ def _plan_elastic(
     ceiling = max([last_index, *taken], default=-1) + replicas + 1
     # A foreign name is skipped wherever new indexes go; those below the ceiling are reported.
     result.foreign_names = [c.worker_name(job_name, i) for i in _foreign_indexes(snapshot, job_name, ceiling)]
-    if len(kept) < target:
+    if len(kept) < target + surge:
         # Foreign pods only block a name; they do not move Append's starting point.
         result.to_create = new_indexes(
-            target - len(kept), taken, lambda i: _is_foreign(snapshot, job_name, i), policy.index_policy, last_index
+            target + surge - len(kept), taken, lambda i: _is_foreign(snapshot, job_name, i), policy.index_policy, last_index
         )
+        if surge:
+            result.events.append(
+                (
+                    "Normal",
+                    "FloorHeld",
+                    f"workers {', '.join(result.held)} are on a cordoned node; they keep serving until "
+                    f"replacements run (minReplicas {policy.min_replicas})",
+                )
+            )
     result.kept = sorted(kept, key=lambda p: index_of(job_name, p))
     hosts = [(index_of(job_name, p), name_of(p)) for p in kept]
     hosts += [(i, c.worker_name(job_name, i)) for i in result.to_create]
