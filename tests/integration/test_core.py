@@ -592,8 +592,15 @@ async def test_foreign_object_with_a_child_name_is_never_touched_and_the_job_rep
     conflict = condition(job, "ResourceConflict")
     assert conflict is not None and f"{kind} {foreign_name}" in conflict["message"], conflict
     await event_with(kube, name, "Warning", "ResourceConflict", foreign_name)
-    # The rest of the job goes ahead.
-    await eventually(lambda: launcher_job(kube, name), what="launcher Job")
+    if kind == "ConfigMap":
+        # Fail closed (issue 8, rule 5): a worker or launcher would mount someone else's discover_hosts.sh.
+        assert "No worker or launcher is created" in conflict["message"], conflict
+        await asyncio.sleep(3)
+        assert await kube.workers(name) == []
+        assert await launcher_job(kube, name) is None
+    else:
+        # A foreign pod only holds its own name: the rest of the job goes ahead.
+        await eventually(lambda: launcher_job(kube, name), what="launcher Job")
     if kind == "Pod":
 
         async def worker0_running() -> bool:
@@ -611,6 +618,24 @@ async def test_foreign_object_with_a_child_name_is_never_touched_and_the_job_rep
     assert not current["metadata"].get("ownerReferences")
     assert not current["metadata"].get("deletionTimestamp")
     assert has_condition(await kube.job(name), "ResourceConflict")
+    if kind == "ConfigMap":
+        # Resolved by its owner: the job starts, with its own ConfigMap.
+        await kube.delete("v1", "ConfigMap", foreign_name)
+        await eventually(lambda: launcher_job(kube, name), what="launcher Job after the conflict is resolved")
+
+        async def two_workers() -> bool:
+            return len(live(await kube.workers(name))) == 2
+
+        await eventually(two_workers, what="two workers after the conflict is resolved")
+        cm = await kube.get("v1", "ConfigMap", foreign_name)
+        assert cm is not None and (cm["metadata"].get("ownerReferences") or [{}])[0].get("kind") == "MPIJob"
+        await eventually(
+            lambda: _condition_false(kube, name, "ResourceConflict"), what="ResourceConflict cleared"
+        )
+
+
+async def _condition_false(kube: Kube, name: str, kind: str) -> bool:
+    return has_condition(await kube.job(name), kind, "False")
 
 
 # -- 9. invalid jobs -----------------------------------------------------------------------------------------

@@ -104,6 +104,17 @@ class _Planner:
         self.conflicts.append(f"{kind} {name}")
         return False
 
+    def foreign_children(self) -> list[str]:
+        """Objects with the names of this job's Service, ConfigMap, Secret or launcher Job that it does not
+        own. While any exists, no worker or launcher is created."""
+        named = (
+            ("Service", self.s.service),
+            ("ConfigMap", self.s.config_map),
+            ("Secret", self.s.secret),
+            ("Job", self.s.launcher),
+        )
+        return [kind for kind, obj in named if obj is not None and not is_owned_by(obj, self.job)]
+
     def last_worker_index(self) -> int:
         value = self.status.get("lastWorkerIndex")
         return int(value) if value is not None else -1
@@ -191,6 +202,9 @@ class _Planner:
         start = len(self.actions)
         for pod in wp.to_delete:
             self.delete_pod(pod, "suspended" if suspended else "leaving the job")
+        if self.foreign_children():
+            # Fail closed: a worker would mount someone else's discover_hosts.sh or SSH key.
+            wp.to_create = []
         for index in wp.to_create:
             self.create(children.worker_pod(self.job, spec, index, self.s.config.cluster_domain))
         self.last += self.actions[start:]
@@ -313,6 +327,8 @@ class _Planner:
         if owned is False:
             return
         if current is None:
+            if self.foreign_children():
+                return
             ready = len(wp.kept) >= spec.worker_replicas and all(pod_ready(p) for p in wp.kept)
             if spec.launcher_creation_policy is LauncherCreationPolicy.AT_STARTUP or (ready and not wp.to_create):
                 # After the workers (which follow the status write), as the reference creates them.
@@ -427,6 +443,11 @@ class _Planner:
             message = (
                 f"{'; '.join(sorted(set(self.conflicts)))}: exists and is not owned by this MPIJob; "
                 "it is left untouched. Delete or rename it."
+                + (
+                    " No worker or launcher is created until then (they would use its configuration)."
+                    if self.foreign_children()
+                    else ""
+                )
             )
             if st.set_condition(self.status, st.RESOURCE_CONFLICT, True, "NotOwned", message, self.now):
                 self.status_events.append(Emit("Warning", "ResourceConflict", message))
