@@ -629,9 +629,7 @@ async def test_foreign_object_with_a_child_name_is_never_touched_and_the_job_rep
         await eventually(two_workers, what="two workers after the conflict is resolved")
         cm = await kube.get("v1", "ConfigMap", foreign_name)
         assert cm is not None and (cm["metadata"].get("ownerReferences") or [{}])[0].get("kind") == "MPIJob"
-        await eventually(
-            lambda: _condition_false(kube, name, "ResourceConflict"), what="ResourceConflict cleared"
-        )
+        await eventually(lambda: _condition_false(kube, name, "ResourceConflict"), what="ResourceConflict cleared")
 
 
 async def _condition_false(kube: Kube, name: str, kind: str) -> bool:

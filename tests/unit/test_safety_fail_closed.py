@@ -14,8 +14,8 @@ from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Obj
 
 from .builders import (
-    config_map,
     cond,
+    config_map,
     created_names,
     emits,
     launcher_job,

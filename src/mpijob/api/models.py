@@ -116,9 +116,15 @@ WorkerName = Annotated[str, StringConstraints(min_length=1, max_length=63, patte
 class ElasticPolicy(_Model):
     """Makes the job elastic: targeted scale-in, node-termination reaction and graceful discovery."""
 
-    min_replicas: int = Field(default=1, alias="minReplicas", ge=1, le=MAX_REPLICAS, description="Floor for Worker replicas.")
+    min_replicas: int = Field(
+        default=1, alias="minReplicas", ge=1, le=MAX_REPLICAS, description="Floor for Worker replicas."
+    )
     max_replicas: int | None = Field(
-        default=None, alias="maxReplicas", ge=1, le=MAX_REPLICAS, description="Ceiling for Worker replicas (>= minReplicas)."
+        default=None,
+        alias="maxReplicas",
+        ge=1,
+        le=MAX_REPLICAS,
+        description="Ceiling for Worker replicas (>= minReplicas).",
     )
     workers_to_delete: list[WorkerName] = Field(
         default_factory=list,

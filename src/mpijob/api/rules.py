@@ -98,10 +98,9 @@ SPEC_RULES: tuple[Rule, ...] = (
         f"has({_E}) || !('Worker' in self.mpiReplicaSpecs) || !has({_W}.replicas) || {_W}.replicas >= 1",
         "mpiReplicaSpecs.Worker.replicas must be greater than or equal to 1",
         ".mpiReplicaSpecs.Worker.replicas",
-        lambda s: _elastic(s) is not None
-        or (w := _worker(s)) is None
-        or w.get("replicas") is None
-        or int(w["replicas"]) >= 1,
+        lambda s: (
+            _elastic(s) is not None or (w := _worker(s)) is None or w.get("replicas") is None or int(w["replicas"]) >= 1
+        ),
     ),
     Rule(
         f"!has({_E}) || ('Worker' in self.mpiReplicaSpecs && has({_W}.replicas))",
@@ -130,8 +129,10 @@ ROOT_RULES: tuple[Rule, ...] = (
         f"metadata.name must be a DNS-1035 label of at most {MAX_JOB_NAME} characters (it names the Service "
         "and prefixes '-worker-<index>')",
         ".metadata.name",
-        lambda obj: bool(re.match(JOB_NAME_PATTERN, str((obj.get("metadata") or {}).get("name", ""))))
-        and len(str((obj.get("metadata") or {}).get("name", ""))) <= MAX_JOB_NAME,
+        lambda obj: (
+            bool(re.match(JOB_NAME_PATTERN, str((obj.get("metadata") or {}).get("name", ""))))
+            and len(str((obj.get("metadata") or {}).get("name", ""))) <= MAX_JOB_NAME
+        ),
     ),
 )
 

@@ -19,7 +19,7 @@ from mpijob.api.models import API_VERSION
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import collection_path, object_path
 from mpijob.executor.sshkeys import ssh_key_pair
-from mpijob.planner.actions import Action, Create, Delete, Emit, Patch, RequeueAfter
+from mpijob.planner.actions import Action, ConfirmAbsence, Create, Delete, Emit, Patch, RequeueAfter
 from mpijob.planner.snapshot import format_time
 
 log = logging.getLogger("mpijob.executor")
@@ -36,6 +36,8 @@ class Outcome:
     job_resource_version: str | None = None
     # Pods this batch created: the cache must show them before the job is planned again.
     created_pods: list[str] = field(default_factory=list)
+    # Answers to ConfirmAbsence, by (kind, name): True = 404 (gone), False = exists.
+    absence_checks: dict[tuple[str, str], bool] = field(default_factory=dict)
 
 
 class Executor:
@@ -60,6 +62,8 @@ class Executor:
                 skip_next_event = False
                 if isinstance(action, RequeueAfter):
                     outcome.requeue_after = action.seconds
+                elif isinstance(action, ConfirmAbsence):
+                    outcome.absence_checks[(action.kind, action.name)] = await self._absent(namespace, action)
                 elif isinstance(action, Create):
                     skip_next_event = not await self._create(namespace, action)
                     outcome.writes += 0 if skip_next_event else 1
@@ -90,6 +94,20 @@ class Executor:
                 log.info("stopping %s/%s after %s: %s", namespace, job_name, type(action).__name__, err)
                 return outcome
         return outcome
+
+    async def _absent(self, namespace: str, action: ConfirmAbsence) -> bool:
+        """A live GET: True when the API server says 404."""
+        if action.kind == "Node":
+            path = f"/api/v1/nodes/{action.name}"
+        else:
+            path = object_path("v1", action.kind, namespace, action.name)
+        try:
+            await self.client.get(path)
+        except ApiError as err:
+            if err.status == 404:
+                return True
+            raise
+        return False
 
     async def _create(self, namespace: str, action: Create) -> bool:
         obj = copy.deepcopy(action.obj)

@@ -17,7 +17,7 @@ from mpijob.api import rules
 from mpijob.api.models import API_VERSION, MANAGED_BY_US, CleanPodPolicy, LauncherCreationPolicy, MPIJobSpec
 from mpijob.planner import children
 from mpijob.planner import status as st
-from mpijob.planner.actions import Action, Create, Delete, Emit, Patch, RequeueAfter
+from mpijob.planner.actions import Action, ConfirmAbsence, Create, Delete, Emit, Patch, RequeueAfter
 from mpijob.planner.hostfile import discover_hosts_script, hostfile
 from mpijob.planner.snapshot import (
     Obj,
@@ -34,7 +34,7 @@ from mpijob.planner.snapshot import (
     pod_ready,
     uid_of,
 )
-from mpijob.planner.workers import FINISHED_PHASES, WorkerPlan, plan_workers, workers_of
+from mpijob.planner.workers import FINISHED_PHASES, WorkerPlan, absences_to_confirm, plan_workers, workers_of
 
 
 def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
@@ -581,6 +581,10 @@ def plan(snapshot: Snapshot) -> list[Action]:
         if _started(snapshot):
             return _invalid_edit(snapshot, errors)
         return _invalid(snapshot, errors)
+    needed = absences_to_confirm(snapshot, spec)
+    if needed:
+        # Absence is not deletion: nothing is decided until a live read answered (issue 8, rule 1).
+        return [ConfirmAbsence(kind, name) for kind, name in needed]
     return _Planner(snapshot, spec).run()
 
 

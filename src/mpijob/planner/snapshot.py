@@ -46,6 +46,12 @@ class Snapshot:
     # Nodes by name. A node a worker is bound to that is missing here has been deleted.
     nodes: Mapping[str, Obj] = field(default_factory=dict)
     config: OperatorConfig = field(default_factory=OperatorConfig)
+    # Live reads of objects missing from the cache, by (kind, name): True = the API server said 404 (really
+    # gone), False = it exists (the cache is behind). Absence from the cache alone decides nothing.
+    absence_checks: Mapping[tuple[str, str], bool] = field(default_factory=dict)
+
+    def confirmed_absent(self, kind: str, name: str) -> bool:
+        return self.absence_checks.get((kind, name)) is True
 
 
 def meta(obj: Obj) -> Obj:

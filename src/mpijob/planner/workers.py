@@ -84,12 +84,13 @@ def index_of(job_name: str, pod: Obj) -> int:
 
 
 def node_signal(snapshot: Snapshot, node: str | None) -> str | None:
-    """Why a node is going away, or None. A node missing from the (synced) cache has been deleted."""
+    """Why a node is going away, or None. A node missing from the cache counts as deleted only once a live
+    read confirmed it (see `absences_to_confirm`)."""
     if node is None:
         return None
     obj = snapshot.nodes.get(node)
     if obj is None:
-        return "deleted"
+        return "deleted" if snapshot.confirmed_absent("Node", node) else None
     if is_terminating(obj):
         return "deleted"
     spec = obj.get("spec") or {}
@@ -119,6 +120,39 @@ def _hold_soft_signals(
     ranked = rank_victims([s.pod for s in soft], lambda p: index_of(job_name, p), lambda _: True)
     hold = {name_of(p) for p in ranked[allowed:]}
     return [s for s in signals if name_of(s.pod) not in hold], [s.pod for s in soft if name_of(s.pod) in hold]
+
+
+# Live reads asked for in one plan; the rest are asked for by the next one (bounded work per reconcile).
+MAX_CONFIRMATIONS = 16
+
+
+def absences_to_confirm(snapshot: Snapshot, spec: MPIJobSpec) -> list[tuple[str, str]]:
+    """(kind, name) of objects missing from the cache whose absence would drive a destructive or
+    replica-lowering decision and that no live read has answered yet: the node of a live worker of an
+    elastic job (node deleted -> scale-in, immediate delete), and a worker that was serving at the last
+    status write (vanished -> counted as lost in a ScaleIn job)."""
+    policy = spec.elastic_policy
+    if policy is None or spec.run_policy.suspend:
+        return []
+    needed: list[tuple[str, str]] = []
+    workers = workers_of(snapshot)
+    for pod in workers:
+        node = pod_node(pod)
+        if node is None or is_terminating(pod) or node in snapshot.nodes:
+            continue
+        if ("Node", node) not in snapshot.absence_checks and ("Node", node) not in needed:
+            needed.append(("Node", node))
+    if policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN:
+        names = {name_of(p) for p in workers}
+        listed = set(policy.workers_to_delete)
+        for name in (snapshot.job.get("status") or {}).get("discoveredHosts") or []:
+            if not isinstance(name, str) or name in names or name in listed:
+                continue
+            if c.worker_index(name_of(snapshot.job), name) is None:
+                continue  # not a name of ours: never counted, nothing to confirm
+            if ("Pod", name) not in snapshot.absence_checks:
+                needed.append(("Pod", name))
+    return needed[:MAX_CONFIRMATIONS]
 
 
 def _is_leaving(pod: Obj) -> bool:
@@ -252,7 +286,12 @@ def _plan_elastic(
     external = [p for p in unaccounted if is_terminating(p) or pod_phase(p) in FINISHED_PHASES]
     # Serving at the last status write, now gone without our doing (deleted while we were down, or with
     # no grace period): the cache only forgets a pod on its deletion event, so absence means deleted.
-    vanished = [n for n in sorted(previously_discovered) if n not in by_name and n not in listed_set]
+    # Only once a live read confirmed it: the cache may be behind (issue 8, rule 1).
+    vanished = [
+        n
+        for n in sorted(previously_discovered)
+        if n not in by_name and n not in listed_set and snapshot.confirmed_absent("Pod", n)
+    ]
     if not suspended and policy.node_termination_policy is not NodeTerminationPolicy.IGNORE:
         for pod in unaccounted:
             if pod in external:
@@ -372,7 +411,11 @@ def _plan_elastic(
     if len(kept) < target + surge:
         # Foreign pods only block a name; they do not move Append's starting point.
         result.to_create = new_indexes(
-            target + surge - len(kept), taken, lambda i: _is_foreign(snapshot, job_name, i), policy.index_policy, last_index
+            target + surge - len(kept),
+            taken,
+            lambda i: _is_foreign(snapshot, job_name, i),
+            policy.index_policy,
+            last_index,
         )
         if surge:
             result.events.append(

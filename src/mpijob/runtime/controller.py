@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -18,7 +18,7 @@ import kopf
 
 from mpijob.api import constants as c
 from mpijob.api.models import GROUP, KIND, PLURAL, VERSION
-from mpijob.executor.apply import Executor
+from mpijob.executor.apply import Executor, Outcome
 from mpijob.executor.client import ApiError
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import OperatorConfig
@@ -32,6 +32,8 @@ log = logging.getLogger("mpijob.controller")
 # so a conflicting object that goes away wakes its job up.
 # How long a reconcile waits for the cache to show pods it created before planning anyway.
 EXPECTATION_TIMEOUT = 10.0
+# Rounds of live reads one reconcile may do before planning (each round is bounded by the planner).
+CONFIRM_ROUNDS = 3
 _SUFFIXES = tuple(name("") for name in (c.launcher_name, c.config_map_name, c.secret_name, c.pdb_name))
 
 
@@ -76,6 +78,8 @@ class Stats:
     writes: int = 0
     errors: int = 0
     conflicts: int = 0
+    # GETs made to confirm that an object missing from the cache is really gone.
+    live_reads: int = 0
     reconcile_seconds: float = 0.0
     started: float = field(default_factory=time.monotonic)
 
@@ -208,8 +212,7 @@ class Controller:
         if not self._pods_seen(key):
             return 0.05  # our pod creates are not in the cache yet; their events will enqueue us too
         started = time.perf_counter()
-        actions = plan(self.cache.snapshot(job, self.clock(), self.config))
-        outcome = await self.executor.apply(job, actions)
+        outcome = await self._plan_and_apply(job)
         self.stats.reconciles += 1
         self.stats.writes += outcome.writes
         self.stats.reconcile_seconds += time.perf_counter() - started
@@ -226,6 +229,20 @@ class Controller:
             log.debug("%s/%s: %s; will retry on fresh data", *key, outcome.conflict)
             return 0.2
         return outcome.requeue_after
+
+    async def _plan_and_apply(self, job: dict[str, Any]) -> Outcome:
+        """plan -> apply; a plan that asks for live reads (ConfirmAbsence) gets them and is made again with
+        the answers (a few rounds at most; each round asks for a bounded number of reads)."""
+        checks: dict[tuple[str, str], bool] = {}
+        for _ in range(CONFIRM_ROUNDS):
+            snapshot = replace(self.cache.snapshot(job, self.clock(), self.config), absence_checks=dict(checks))
+            actions = plan(snapshot)
+            outcome = await self.executor.apply(job, actions)
+            if not outcome.absence_checks or outcome.error is not None:
+                return outcome
+            self.stats.live_reads += len(outcome.absence_checks)
+            checks.update(outcome.absence_checks)
+        return outcome
 
     async def worker(self) -> None:
         await self.warm.wait()
