@@ -57,6 +57,19 @@ def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
     return spec, errors
 
 
+SLOW_START_CREATES = 16
+MAX_CREATES_PER_RECONCILE = 500
+
+
+def create_budget(existing_workers: int) -> int:
+    """How many worker pods one reconcile may create: 16 at first, then about twice what exists."""
+    return min(MAX_CREATES_PER_RECONCILE, max(SLOW_START_CREATES, 2 * existing_workers))
+
+
+# Worker names "<job>-worker-<index>" stay DNS labels (<= 63) for names up to 50 characters.
+MAX_WORKER_INDEX = 99_999
+
+
 class _Planner:
     def __init__(self, snapshot: Snapshot, spec: MPIJobSpec) -> None:
         self.s = snapshot
@@ -116,8 +129,18 @@ class _Planner:
         return [kind for kind, obj in named if obj is not None and not is_owned_by(obj, self.job)]
 
     def last_worker_index(self) -> int:
+        """status.lastWorkerIndex, read strictly: anything but an integer in [0, MAX_WORKER_INDEX] (a status
+        writer's typo, a huge number that would make worker names invalid) is ignored; the highest index
+        of an existing worker takes its place, and the next status write corrects it."""
         value = self.status.get("lastWorkerIndex")
-        return int(value) if value is not None else -1
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_WORKER_INDEX:
+            return value
+        if value is not None:
+            del self.status["lastWorkerIndex"]
+            taken = [i for p in self.workers if (i := c.worker_index(self.name, name_of(p))) is not None]
+            if taken:
+                self.status["lastWorkerIndex"] = max(taken)
+        return -1 if "lastWorkerIndex" not in self.status else int(self.status["lastWorkerIndex"])
 
     # -- the plan ------------------------------------------------------------------------------------
     def run(self) -> list[Action]:
@@ -205,6 +228,10 @@ class _Planner:
         if self.foreign_children():
             # Fail closed: a worker would mount someone else's discover_hosts.sh or SSH key.
             wp.to_create = []
+        # Slow start, as ReplicaSets do: a job cannot flood the API server (or a quota) with creates; each
+        # reconcile may create about as many workers as exist, and the next one (woken by their watch
+        # events) more.
+        wp.to_create = wp.to_create[: create_budget(len(self.workers))]
         for index in wp.to_create:
             self.create(children.worker_pod(self.job, spec, index, self.s.config.cluster_domain))
         self.last += self.actions[start:]

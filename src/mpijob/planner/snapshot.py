@@ -91,12 +91,18 @@ def is_terminating(obj: Obj) -> bool:
 
 
 def parse_time(value: str | None) -> datetime | None:
-    if not value:
+    """An RFC 3339 time, or None for anything else: annotations and status fields can be edited by hand,
+    and a bad one must not wedge the job. Naive times (comparing them with an aware `now` raises) and
+    years outside 1970..9000 (adding a grace period would overflow) count as bad."""
+    if not value or not isinstance(value, str):
         return None
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:  # annotations can be edited by hand; a bad one must not wedge the job
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
         return None
+    if parsed.tzinfo is None or parsed.utcoffset() is None or not 1970 <= parsed.year <= 9000:
+        return None
+    return parsed
 
 
 def format_time(value: datetime) -> str:

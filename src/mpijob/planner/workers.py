@@ -31,6 +31,8 @@ from mpijob.planner.snapshot import (
 )
 
 FINISHED_PHASES = ("Failed", "Succeeded")
+# Bad workersToDelete names spelled out in the one Warning that reports them.
+BAD_NAMES_SHOWN = 10
 
 
 @dataclass
@@ -160,7 +162,14 @@ def _is_leaving(pod: Obj) -> bool:
 
 
 def _leaving_since(pod: Obj, default: datetime) -> datetime:
-    return parse_time(annotations_of(pod).get(c.ANNOTATION_LEAVING_SINCE)) or default
+    # Never later than now: a time in the future (edited by hand) would keep the worker leaving forever.
+    since = parse_time(annotations_of(pod).get(c.ANNOTATION_LEAVING_SINCE)) or default
+    return min(since, default)
+
+
+def _bad_since(pod: Obj, now: datetime) -> bool:
+    since = parse_time(annotations_of(pod).get(c.ANNOTATION_LEAVING_SINCE))
+    return since is None or since > now
 
 
 def _still_discovered(snapshot: Snapshot, pod_name: str) -> bool:
@@ -251,6 +260,7 @@ def _plan_elastic(
     #    crash in between can never make step 2 count the same lost worker twice.
     previously_discovered = set((snapshot.job.get("status") or {}).get("discoveredHosts") or [])
     listed: list[str] = []
+    bad: list[str] = []
     for name in dict.fromkeys(policy.workers_to_delete):
         pod = by_name.get(name)
         if pod is None:
@@ -260,19 +270,25 @@ def _plan_elastic(
             if name in previously_leaving:
                 result.events.append(("Normal", "WorkerRemoved", f"worker {name} is gone"))
             else:
-                why = _describe_bad_name(snapshot, name)
-                result.events.append(
-                    (
-                        "Warning",
-                        "InvalidWorkerToDelete",
-                        f"spec.elasticPolicy.workersToDelete: {name!r} {why}; dropped from the list",
-                    )
-                )
+                bad.append(f"{name!r} {_describe_bad_name(snapshot, name)}")
             continue
         if is_terminating(pod) and (_is_leaving(pod) or name in previously_leaving):
             result.events.append(("Normal", "WorkerRemoved", f"worker {name} is being deleted"))
             continue
         listed.append(name)
+
+    if bad:
+        # One Event however many names are bad: a long junk list must not use up the API budget.
+        shown = "; ".join(bad[:BAD_NAMES_SHOWN]) + (
+            f"; and {len(bad) - BAD_NAMES_SHOWN} more" if len(bad) > BAD_NAMES_SHOWN else ""
+        )
+        result.events.append(
+            (
+                "Warning",
+                "InvalidWorkerToDelete",
+                f"spec.elasticPolicy.workersToDelete: {shown}; dropped from the list",
+            )
+        )
 
     # 2. Node-termination signals and workers removed by someone else (eviction, kubectl delete, failure).
     listed_set = set(listed)
@@ -359,7 +375,10 @@ def _plan_elastic(
         if _is_leaving(pod):
             # Marked, but our discover_hosts.sh still lists it: the crash came between the mark and the
             # discovery change. Mark it again, so the grace period counts from when it really left.
-            if _still_discovered(snapshot, name_of(pod)) and pod_phase(pod) == "Running" and not is_terminating(pod):
+            # Or its time is unreadable or in the future (edited by hand): mark it again with a good one, or
+            # it would count from "now" at every reconcile and never be deleted.
+            redo = _still_discovered(snapshot, name_of(pod)) or _bad_since(pod, now)
+            if redo and pod_phase(pod) == "Running" and not is_terminating(pod):
                 reason = annotations_of(pod).get(c.ANNOTATION_LEAVING_REASON, "workersToDelete")
                 result.to_leave.append(Leave(pod, reason))
             continue
