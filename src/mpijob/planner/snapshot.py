@@ -83,7 +83,10 @@ def controller_uid(obj: Obj) -> str | None:
 
 
 def is_owned_by(obj: Obj, owner: Obj) -> bool:
-    return controller_uid(obj) == uid_of(owner)
+    """`owner` is `obj`'s controller. Owner references are namespace-local: one across namespaces (a uid
+    copied into another namespace's object) is ignored."""
+    ns = meta(obj).get("namespace")
+    return controller_uid(obj) == uid_of(owner) and (ns is None or ns == meta(owner).get("namespace"))
 
 
 def is_terminating(obj: Obj) -> bool:

@@ -75,8 +75,11 @@ def workers_of(snapshot: Snapshot) -> list[Obj]:
     return [
         p
         for p in snapshot.owned_pods
-        if labels_of(p).get(c.LABEL_JOB_ROLE) == c.ROLE_WORKER
-        or (labels_of(p).get(c.LABEL_JOB_ROLE) is None and c.worker_index(job_name, name_of(p)) is not None)
+        if is_owned_by(p, snapshot.job)
+        and (
+            labels_of(p).get(c.LABEL_JOB_ROLE) == c.ROLE_WORKER
+            or (labels_of(p).get(c.LABEL_JOB_ROLE) is None and c.worker_index(job_name, name_of(p)) is not None)
+        )
     ]
 
 
