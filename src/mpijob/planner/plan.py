@@ -8,6 +8,7 @@ crash at any point leaves a state from which the next reconcile continues the sa
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from pydantic import ValidationError
@@ -43,8 +44,11 @@ def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
     errors = [f"{r.field_path.lstrip('.')}: {r.message}" for r in rules.broken(rules.ROOT_RULES, job)]
     raw = job.get("spec") or {}
     try:
-        spec = MPIJobSpec.model_validate(raw)
-    except ValidationError as err:
+        # Strict, from JSON, as the API server reads it: "2" or true for an integer is an error, not a 2 or a 1.
+        spec = MPIJobSpec.model_validate_json(json.dumps(raw), strict=True)
+    except (TypeError, ValueError) as err:
+        if not isinstance(err, ValidationError):
+            return None, [*errors, f"spec: not JSON ({err})"]
         for e in err.errors():
             field = ".".join(str(p) for p in e["loc"])
             errors.append(f"spec.{field}: {e['msg']}")
