@@ -136,3 +136,62 @@ async def test_refusal_names_the_same_field_on_both_sides(kube: Kube) -> None:
             raise AssertionError(f"API server admitted {field}")
         _, errors = validate({**body, "metadata": {**body["metadata"], "namespace": kube.ns}})
         assert any(e.startswith(field) for e in errors), (field, errors)
+
+
+# -- rule 2: watch gaps are closed ---------------------------------------------------------------------------
+
+
+def _index(entries: dict[tuple[str, str], Obj], key_of: Any = None) -> Any:
+    """A real kopf index (the kind the operator's cache holds), filled as kopf fills it."""
+    from kopf._core.engines.indexing import OperatorIndexer
+
+    indexer = OperatorIndexer()
+    for obj in entries.values():
+        m = obj["metadata"]
+        acckey = (m.get("namespace"), m["name"], m["uid"])
+        indexer.replace(acckey, {(key_of or (lambda o: (o["metadata"]["namespace"], o["metadata"]["name"])))(obj): obj})
+    return indexer.index
+
+
+async def test_relist_drops_ghosts_keeps_live_objects_and_enqueues_their_jobs(kube: Kube) -> None:
+    from mpijob.runtime import resync
+    from mpijob.runtime.cache import Cache
+
+    live = await kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "live-config"},
+            "data": {"a": "b"},
+        }
+    )
+    ghost = {
+        # Deleted while the watch was down: the cache still has it; the API server does not.
+        "metadata": {
+            "namespace": kube.ns,
+            "name": "gone-worker-3",
+            "uid": "00000000-dead-beef-0000-000000000003",
+            "resourceVersion": "1",
+            "labels": {"training.kubeflow.org/job-name": "gone"},
+        }
+    }
+    fresh = {
+        # Seen after the list was taken (a higher resourceVersion): not a ghost, whatever the list says.
+        "metadata": {"namespace": kube.ns, "name": "new-config", "uid": "uid-new", "resourceVersion": str(10**15)}
+    }
+    cache = Cache()
+    empty: dict[tuple[str, str], Obj] = {}
+    cache.indexes = {name: _index(empty) for name in Cache.INDEXES}
+    cache.indexes["pods"] = _index({("x", "y"): ghost})
+    cache.indexes["configmaps"] = _index({("a", "b"): live, ("c", "d"): fresh})
+    ghosts: list[tuple[str, str]] = []
+
+    dropped = await resync.relist_once(
+        kube.client, cache, lambda kind, obj: ghosts.append((kind, obj["metadata"]["name"])), [kube.ns]
+    )
+
+    assert dropped == 1
+    assert ghosts == [("Pod", "gone-worker-3")]
+    assert cache.pod(kube.ns, "gone-worker-3") is None
+    assert (kube.ns, "live-config") in cache.indexes["configmaps"]
+    assert (kube.ns, "new-config") in cache.indexes["configmaps"]

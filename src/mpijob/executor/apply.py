@@ -36,6 +36,8 @@ class Outcome:
     job_resource_version: str | None = None
     # Pods this batch created: the cache must show them before the job is planned again.
     created_pods: list[str] = field(default_factory=list)
+    # (kind, name) of an object a write found gone (404): the cache still has it (a ghost).
+    gone: tuple[str, str] | None = None
     # Answers to ConfirmAbsence, by (kind, name): True = 404 (gone), False = exists.
     absence_checks: dict[tuple[str, str], bool] = field(default_factory=dict)
 
@@ -89,6 +91,8 @@ class Executor:
                 # (422 from validation, 403, 5xx) is an error and backs off.
                 if err.status in (409, 404) and isinstance(action, Patch):
                     outcome.conflict = f"{action.kind} {action.name}: {err.status} {err.reason}"
+                    if err.status == 404:
+                        outcome.gone = (action.kind, action.name)
                 else:
                     outcome.error = err
                 log.info("stopping %s/%s after %s: %s", namespace, job_name, type(action).__name__, err)

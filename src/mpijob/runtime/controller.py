@@ -22,7 +22,7 @@ from mpijob.executor.apply import Executor, Outcome
 from mpijob.executor.client import ApiError
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import OperatorConfig
-from mpijob.runtime import slim
+from mpijob.runtime import resync, slim
 from mpijob.runtime.cache import Cache, Key
 from mpijob.runtime.workqueue import WorkQueue
 
@@ -78,6 +78,8 @@ class Stats:
     writes: int = 0
     errors: int = 0
     conflicts: int = 0
+    # Cached objects found gone from the API server (relist or a 404 on a write) and dropped.
+    ghosts: int = 0
     # GETs made to confirm that an object missing from the cache is really gone.
     live_reads: int = 0
     reconcile_seconds: float = 0.0
@@ -188,6 +190,23 @@ class Controller:
         on_event(("policy", "v1", "poddisruptionbudgets"), child_keys, "pdb_events")
         on_event(("v1", "nodes"), node_keys, "node_events")
 
+    def forget_ghost(self, kind: str, obj: dict[str, Any]) -> None:
+        """Enqueues the jobs a cached object that is gone from the API server belonged to (before it is
+        dropped from the cache): they plan again without it."""
+        meta = obj.get("metadata") or {}
+        ns, name = meta.get("namespace"), str(meta.get("name"))
+        self.stats.ghosts += 1
+        if kind == "Node":
+            keys = self.cache.jobs_on_node(name) if self.cache.ready else []
+        elif kind == "MPIJob":
+            keys = [(str(ns), name)]
+        else:
+            keys = [(str(ns), n) for n in _job_names_for(name, meta.get("labels"), meta)]
+            if kind == "Service":
+                keys.append((str(ns), name))
+        for key in dict.fromkeys(keys):
+            self.queue.add(key)
+
     # -- work side ---------------------------------------------------------------------------------
     def _pods_seen(self, key: Key) -> bool:
         """Whether the cache shows every pod we created for this job (or we stopped waiting)."""
@@ -224,6 +243,13 @@ class Controller:
             self.expected_pods[key] = (set(outcome.created_pods), time.monotonic() + EXPECTATION_TIMEOUT)
         if outcome.error is not None:
             raise outcome.error
+        if outcome.gone is not None:
+            # A write found the object gone: the cache entry is a ghost (a watch gap). Drop it now rather
+            # than retry the same write every 0.2 s until the next relist.
+            ghost = resync.cached_object(self.cache, outcome.gone[0], key[0], outcome.gone[1])
+            if ghost is not None:
+                self.forget_ghost(outcome.gone[0], ghost)
+                resync.drop(self.cache, outcome.gone[0], ghost)
         if outcome.conflict is not None:
             self.stats.conflicts += 1
             log.debug("%s/%s: %s; will retry on fresh data", *key, outcome.conflict)
