@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -46,6 +47,9 @@ class Executor:
     def __init__(self, client: Client, *, post_events: bool = True) -> None:
         self.client = client
         self.post_events = post_events
+        # Checked before every write (leader election sets it): a leader that lost its lease mid-batch stops
+        # at the next write, not at the next job.
+        self.fence: Callable[[], bool] | None = None
 
     async def apply(self, job: dict[str, Any], actions: list[Action]) -> Outcome:
         meta = job.get("metadata") or {}
@@ -62,6 +66,9 @@ class Executor:
                     skip_next_event = False
                     continue
                 skip_next_event = False
+                if isinstance(action, Create | Patch | Delete) and self.fence is not None and not self.fence():
+                    outcome.conflict = "not the leader any more; stopping before the next write"
+                    return outcome
                 if isinstance(action, RequeueAfter):
                     outcome.requeue_after = action.seconds
                 elif isinstance(action, ConfirmAbsence):

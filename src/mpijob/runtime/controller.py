@@ -108,6 +108,8 @@ class Controller:
         self.written: dict[Key, int] = {}
         self.expected_pods: dict[Key, tuple[set[str], float]] = {}
         self.leading = asyncio.Event()
+        # Leadership fences every write, not only each dequeued key (issue 8, rule 11).
+        executor.fence = self.leading.is_set
 
     # -- watch side --------------------------------------------------------------------------------
     def register(self, registry: kopf.OperatorRegistry) -> None:
