@@ -447,6 +447,8 @@ class _Planner:
         enough = (
             len(running) >= ep.min_replicas if ep else len(running) == self.spec.worker_replicas and not wp.to_create
         )
+        if ep is not None:
+            self.floor_condition(len(running), ep.min_replicas)
         if launcher_running and enough:
             self.condition(
                 st.RUNNING,
@@ -457,6 +459,18 @@ class _Planner:
         elif st.is_true(self.status, st.RUNNING):
             why = "launcher is not running" if not launcher_running else "not enough workers are running"
             self.condition(st.RUNNING, False, "MPIJobNotRunning", why, event=None)
+
+    def floor_condition(self, running: int, floor: int) -> None:
+        """Says when a job that was running cannot hold its floor (workers lost faster than replaced, or
+        replacements that cannot be placed), and when it holds it again."""
+        below = running < floor
+        if below and (st.is_true(self.old_status, st.RUNNING) or st.is_true(self.status, st.BELOW_MIN_REPLICAS)):
+            message = f"{running} of minReplicas {floor} workers are running"
+            self.condition(st.BELOW_MIN_REPLICAS, True, "BelowMinReplicas", message, event="Warning")
+        elif not below and st.is_true(self.status, st.BELOW_MIN_REPLICAS):
+            self.condition(
+                st.BELOW_MIN_REPLICAS, False, "MinReplicasRunning", f"{running} workers are running", event=None
+            )
 
     def launcher_status(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
