@@ -466,7 +466,8 @@ class _Planner:
         below = running < floor
         if below and (st.is_true(self.old_status, st.RUNNING) or st.is_true(self.status, st.BELOW_MIN_REPLICAS)):
             message = f"{running} of minReplicas {floor} workers are running"
-            self.condition(st.BELOW_MIN_REPLICAS, True, "BelowMinReplicas", message, event="Warning")
+            # No Event: a worker lost at the floor dips below it until its replacement runs; that is normal.
+            self.condition(st.BELOW_MIN_REPLICAS, True, "BelowMinReplicas", message, event=None)
         elif not below and st.is_true(self.status, st.BELOW_MIN_REPLICAS):
             self.condition(
                 st.BELOW_MIN_REPLICAS, False, "MinReplicasRunning", f"{running} workers are running", event=None

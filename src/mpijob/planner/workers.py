@@ -304,8 +304,8 @@ def _plan_elastic(
     ]
     external = [p for p in unaccounted if is_terminating(p) or pod_phase(p) in FINISHED_PHASES]
     # Serving at the last status write, now gone without our doing (deleted while we were down, or with
-    # no grace period): the cache only forgets a pod on its deletion event, so absence means deleted.
-    # Only once a live read confirmed it: the cache may be behind (issue 8, rule 1).
+    # no grace period). Counted only once a live read confirmed it: absence from the cache alone may be a
+    # watch gap or a cache behind (issue 8, rule 1).
     vanished = [
         n
         for n in sorted(previously_discovered)
