@@ -51,6 +51,12 @@ def register(subparsers: Any) -> None:
         "scheduler with coscheduling (e.g. scheduler-plugins-scheduler); default: off",
     )
     op.add_argument("--health-port", type=int, default=0, help="serve /healthz on this port (0: off)")
+    op.add_argument(
+        "--resync-period",
+        type=float,
+        default=float(os.environ.get("MPIJOB_RESYNC_PERIOD", "300")),
+        help="seconds between relists that drop cached objects deleted during a watch gap (jittered)",
+    )
     op.set_defaults(func=_operator)
 
     inst = subparsers.add_parser("install", help="apply the MPIJob CRD to the current cluster")
@@ -78,6 +84,7 @@ def _operator(args: argparse.Namespace) -> int:
             lock_namespace=args.lock_namespace,
             health_port=args.health_port,
             gang_scheduler=args.gang_scheduling.strip(),
+            resync_period=args.resync_period,
         )
     )
 

@@ -25,6 +25,7 @@ from mpijob.executor.apply import Executor
 from mpijob.executor.client import ApiError, Client
 from mpijob.planner import podgroups
 from mpijob.planner.snapshot import OperatorConfig
+from mpijob.runtime import resync
 from mpijob.runtime.controller import Controller
 
 log = logging.getLogger("mpijob.operator")
@@ -47,6 +48,8 @@ class OperatorOptions:
     health_port: int = 0
     # --gang-scheduling: "" off, "volcano", or the schedulerName of a scheduler-plugins (coscheduling) scheduler.
     gang_scheduler: str = ""
+    # Seconds between relists of the cached kinds (jittered); watch gaps close within this.
+    resync_period: float = resync.PERIOD
 
 
 class _JsonFormatter(logging.Formatter):
@@ -164,6 +167,7 @@ async def run(
         controller.leading.set()
         election = None
     workers = asyncio.create_task(controller.run_workers())
+    relist = asyncio.create_task(_resync(controller, executor.client, options))
     log.info(
         "operator started: namespaces=%s workers=%d qps=%s burst=%d",
         options.namespaces or "all",
@@ -175,9 +179,10 @@ async def run(
         await kopf_task
     finally:
         workers.cancel()
+        relist.cancel()
         if election is not None:
             election.cancel()
-        await asyncio.gather(workers, *([election] if election else []), return_exceptions=True)
+        await asyncio.gather(workers, relist, *([election] if election else []), return_exceptions=True)
         controller.queue.shutdown()
         await api.close()
     return controller
@@ -198,6 +203,14 @@ async def _check_pod_group_crd(kube: Client, gang_scheduler: str) -> None:
             f"--gang-scheduling={gang_scheduler}: the API server does not serve {version} podgroups; "
             "install the gang scheduler's PodGroup CRD (see docs/scheduling.md) or drop the flag"
         )
+
+
+async def _resync(controller: Controller, client: Client, options: OperatorOptions) -> None:
+    """Closes watch gaps: a periodic relist drops cached objects the API server no longer has."""
+    await controller.warm.wait()
+    await resync.resync_forever(
+        client, controller.cache, controller.forget_ghost, options.namespaces, period=options.resync_period
+    )
 
 
 async def _lead(api: k8s_client.ApiClient, options: OperatorOptions, controller: Controller) -> None:
