@@ -454,3 +454,19 @@ async def test_coscheduled_elastic_job_shrunk_by_a_spot_taint_keeps_running_and_
 def test_volcano_is_reported_unavailable_with_the_reason() -> None:
     with pytest.raises(TestbedError, match="not served by the Go module proxy"):
         extras.parse_with("kueue,volcano")
+
+
+def test_gang_scheduling_without_the_pod_group_crd_stops_the_operator_with_the_reason(
+    kubeconfig: Path, tmp_path: Path
+) -> None:
+    # Volcano's CRD is never installed on the testbed: with the flag, the operator must refuse to run rather
+    # than wait forever for a cache of a kind the API server does not serve.
+    proc = OperatorProcess(kubeconfig, tmp_path, extra_args=("--gang-scheduling", "volcano"))
+    proc.start()
+    assert proc.proc is not None
+    try:
+        code = proc.proc.wait(timeout=60)
+    finally:
+        proc.stop()
+    assert code != 0
+    assert "does not serve scheduling.volcano.sh/v1beta1 podgroups" in proc.log_tail()
