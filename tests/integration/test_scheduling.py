@@ -23,6 +23,7 @@ from test_elastic import HOSTNAME, OWNER_TAINT, TOLERATE_OWNER, own_nodes
 
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
+from mpijob.cli.elastic import scale_in
 from mpijob.executor.client import ApiError
 from mpijob.testbed import SPOT_ITN_TAINT, cluster, extras, taint_node
 from mpijob.testbed.errors import TestbedError
@@ -319,6 +320,35 @@ async def test_spot_taint_on_a_kueue_managed_elastic_job_removes_the_nodes_worke
         assert set(kept) <= discovered and not discovered & {d["metadata"]["name"] for d in doomed}
         # Replacements keep the admitted count; with room on the healthy node they run there.
         assert len(now) == 4 and all(n not in {d["metadata"]["name"] for d in doomed} for n in now)
+
+
+async def test_targeted_scale_in_of_a_kueue_managed_job_drains_and_replaces_without_suspending_it(
+    kueue: None, api: ApiClient, kube: Kube
+) -> None:
+    async with own_nodes(api, kube, "a", spot=("a",)) as nodes, kueue_queue(kube, nodes, cpu="4") as (lq, _):
+        await kube.create(
+            _cpu_job(
+                "drain", lq, workers=3, elastic={"minReplicas": 1, "maxReplicas": 3, "scaleInGracePeriodSeconds": 1}
+            )
+        )
+        before = await _running_workers(kube, "drain", 3)
+        victim = before[1]["metadata"]["name"]
+
+        old, new, added = await scale_in(kube.client, kube.ns, "drain", [victim], None, False)
+
+        assert (old, new, added) == (3, 3, [victim])  # Kueue-managed: the admitted count is kept
+
+        async def replaced() -> bool:
+            pods = {p["metadata"]["name"] for p in live(await kube.workers("drain"))}
+            running = await _running_workers(kube, "drain", 3)
+            return victim not in pods and len(running) == 3
+
+        await eventually(replaced, within=90, what=f"{victim} drained and replaced")
+        job = await kube.job("drain")
+        assert not job["spec"]["runPolicy"]["suspend"]
+        assert job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 3
+        wl = await _workload(kube, "drain")
+        assert wl is not None and has_condition(wl, "Admitted") and not has_condition(wl, "Evicted")
 
 
 # -- coscheduling ------------------------------------------------------------------------------------------
