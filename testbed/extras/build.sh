@@ -2,9 +2,9 @@
 # Builds the testbed's optional scheduling components from the Go module proxy, each inside its own
 # downloaded module (so its go.mod, replace directives and go.sum apply exactly as upstream pins them):
 #   kueue                        sigs.k8s.io/kueue           ./cmd/kueue      (Kueue's controller manager)
-#   scheduler-plugins-scheduler  kube-scheduler v1.37.2 + the Coscheduling plugin of sigs.k8s.io/scheduler-plugins
-#                                v0.34.7, from testbed/extras/scheduler-plugins (go.mod explains why not upstream's
-#                                own cmd/scheduler: some of its pinned modules are not served here)
+#   scheduler-plugins-scheduler  kube-scheduler (Kubernetes v1.34) + the Coscheduling plugin of
+#                                sigs.k8s.io/scheduler-plugins v0.34.7, from testbed/extras/scheduler-plugins (its
+#                                go.mod says why not upstream's go.mod as is: one pinned module is not served here)
 # Volcano (volcano.sh/volcano) is not built: the module proxy refuses it here (403, "not available").
 # Output: $MPIJOB_TESTBED_EXTRAS_BIN (default <repo>/.cache/testbed/extras), git-ignored, with a stamp
 # of its own so the core testbed (testbed/build.sh) never rebuilds because of these.
