@@ -256,3 +256,16 @@ async def test_hostile_annotations_and_status_values_never_crash_wedge_or_delete
         assert not [n for n, p in now.items() if c.ANNOTATION_LEAVING_SINCE in (p["metadata"].get("annotations") or {})]
         body = await kube.job(job)
         assert body["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 3
+
+
+async def test_client_learns_the_api_servers_clock_from_real_responses(kube: Kube) -> None:
+    # Rule 11: grace periods are measured on the API server's clock (the operator's Controller clock is
+    # client.clock.now), so leaders with skewed clocks agree. Here both run on one machine: offset ~ 0.
+    from datetime import timedelta
+
+    from mpijob.executor.client import Client
+
+    client = Client(kube.client.api, qps=0, burst=1)
+    await client.get("/version")
+    assert client.clock.seen
+    assert abs(client.clock.offset) < timedelta(seconds=2), client.clock.offset

@@ -111,7 +111,8 @@ async def run(
     started: Callable[[Controller], None] | None = None,
 ) -> Controller:
     api = await load_api_client(options.kubeconfig)
-    executor = Executor(Client(api, qps=options.qps, burst=options.burst))
+    client = Client(api, qps=options.qps, burst=options.burst)
+    executor = Executor(client)
     controller = Controller(
         executor,
         OperatorConfig(
@@ -120,7 +121,13 @@ async def run(
             cordon_is_termination=options.cordon_is_termination,
         ),
         workers=options.workers,
+        # The API server's clock, so that grace periods mean the same to every leader (issue 8, rule 11).
+        clock=client.clock.now,
     )
+    try:
+        await client.get("/version")  # learns the API server's clock before the first plan
+    except Exception as err:
+        log.warning("could not read the API server's clock yet: %s", err)
     registry = kopf.OperatorRegistry()
     controller.register(registry)
     if started is not None:
