@@ -61,6 +61,11 @@ def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
     return spec, errors
 
 
+# Replacement backoff for workers that keep failing (issue 8, rule 7).
+BACKOFF_AFTER = 3
+BACKOFF_BASE_SECONDS = 10.0
+BACKOFF_MAX_SECONDS = 300.0
+BACKOFF_RESET_SECONDS = 600.0
 SLOW_START_CREATES = 16
 MAX_CREATES_PER_RECONCILE = 500
 
@@ -120,6 +125,34 @@ class _Planner:
             return True
         self.conflicts.append(f"{kind} {name}")
         return False
+
+    def replacement_backoff(self, wp: WorkerPlan) -> None:
+        """No churn: workers that keep failing are replaced with a per-job exponential backoff. The first
+        BACKOFF_AFTER - 1 failures are replaced at once; then each new failure waits 10 s, 20 s, ... up to
+        5 min after the last failure. The count is forgotten after 10 quiet minutes. Both live in the status,
+        so a restart does not reset them."""
+        failed_now = sum(1 for leave in wp.to_leave if pod_phase(leave.pod) == "Failed")
+        raw = self.status.get("recentWorkerFailures")
+        count = raw if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= 10**6 else 0
+        last = parse_time(self.status.get("lastWorkerFailureTime"))
+        if failed_now:
+            count += failed_now
+            last = self.s.now
+            self.status["recentWorkerFailures"] = count
+            self.status["lastWorkerFailureTime"] = self.now
+        elif (count or raw is not None) and (
+            last is None or (self.s.now - last).total_seconds() >= BACKOFF_RESET_SECONDS
+        ):
+            self.status.pop("recentWorkerFailures", None)
+            self.status.pop("lastWorkerFailureTime", None)
+            return
+        if count < BACKOFF_AFTER or not wp.to_create or last is None:
+            return
+        delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** min(count - BACKOFF_AFTER, 16))
+        left = (last - self.s.now).total_seconds() + delay
+        if left > 0:
+            wp.to_create = []
+            self.wake.append(left)
 
     def foreign_children(self) -> list[str]:
         """Objects with the names of this job's Service, ConfigMap, Secret or launcher Job that it does not
@@ -233,6 +266,7 @@ class _Planner:
         if self.foreign_children():
             # Fail closed: a worker would mount someone else's discover_hosts.sh or SSH key.
             wp.to_create = []
+        self.replacement_backoff(wp)
         # Slow start, as ReplicaSets do: a job cannot flood the API server (or a quota) with creates; each
         # reconcile may create about as many workers as exist, and the next one (woken by their watch
         # events) more.

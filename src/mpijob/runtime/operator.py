@@ -114,10 +114,10 @@ async def run(
     started: Callable[[Controller], None] | None = None,
 ) -> Controller:
     api = await load_api_client(options.kubeconfig)
-    kube = Client(api, qps=options.qps, burst=options.burst)
+    client = Client(api, qps=options.qps, burst=options.burst)
     if options.gang_scheduler:
-        await _check_pod_group_crd(kube, options.gang_scheduler)
-    executor = Executor(kube)
+        await _check_pod_group_crd(client, options.gang_scheduler)
+    executor = Executor(client)
     controller = Controller(
         executor,
         OperatorConfig(
@@ -127,7 +127,13 @@ async def run(
             gang_scheduler=options.gang_scheduler,
         ),
         workers=options.workers,
+        # The API server's clock, so that grace periods mean the same to every leader (issue 8, rule 11).
+        clock=client.clock.now,
     )
+    try:
+        await client.get("/version")  # learns the API server's clock before the first plan
+    except Exception as err:
+        log.warning("could not read the API server's clock yet: %s", err)
     registry = kopf.OperatorRegistry()
     controller.register(registry)
     if started is not None:
