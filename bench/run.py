@@ -72,7 +72,6 @@ def _converged_snapshot(workers: int) -> Snapshot:
             pods_by_name={p["metadata"]["name"]: p for p in pods},
             service=objs.get("Service"),
             config_map=objs.get("ConfigMap"),
-            secret=objs.get("Secret"),
             pdb=objs.get("PodDisruptionBudget"),
             launcher=objs.get("Job"),
             nodes=nodes,

@@ -62,7 +62,6 @@ def test_cache_view_of_a_job_leaves_out_pods_of_other_namespaces() -> None:
         "jobs": {},
         "services": {},
         "configmaps": {},
-        "secrets": {},
         "pdbs": {},
         "nodes": {},
     }

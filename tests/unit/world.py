@@ -86,6 +86,9 @@ class World:
     observer: Callable[[Snapshot, list[Action]], None] | None = None
     # Live reads answered (ConfirmAbsence).
     reads: int = 0
+    # Outcomes of the last batch's exclusive creates, and the uids the "controller" remembers per job.
+    exclusive: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    created: dict[str, dict[tuple[str, str], str | None]] = field(default_factory=dict)
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
     _uid: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _place: int = 0
@@ -186,7 +189,6 @@ class World:
             ],
             service=copy.deepcopy(self.get("Service", job_name)),
             config_map=copy.deepcopy(self.get("ConfigMap", c.config_map_name(job_name))),
-            secret=copy.deepcopy(self.get("Secret", c.secret_name(job_name))),
             pdb=copy.deepcopy(self.get("PodDisruptionBudget", c.pdb_name(job_name))),
             nodes=copy.deepcopy(self.nodes),
             pod_group=copy.deepcopy(self.get("PodGroup", job_name)),
@@ -199,15 +201,25 @@ class World:
         if self.get("MPIJob", job_name) is None:
             return []
         checks: dict[tuple[str, str], bool] = {}
+        created = dict(self.created.pop(job_name, {}))
         for _ in range(3):
-            snapshot = replace(self.snapshot(job_name), absence_checks=dict(checks))
+            snapshot = replace(self.snapshot(job_name), absence_checks=dict(checks), created=dict(created))
             actions = plan(snapshot)
             if self.observer is not None:
                 self.observer(snapshot, actions)
             self.plans.append(actions)
             asks = [a for a in actions if isinstance(a, ConfirmAbsence)]
             if not asks:
-                break
+                # Exclusive creates (the SSH Secret) report their outcome; a refused one is planned again
+                # with the answer, as the controller does.
+                self.apply(actions)
+                created.update(self.exclusive)
+                if None not in self.exclusive.values():
+                    kept = {k: v for k, v in created.items() if v is not None}
+                    if kept:
+                        self.created[job_name] = kept
+                    return actions
+                continue
             assert len(asks) == len(actions), "a plan that asks for live reads writes nothing"
             self.reads += len(asks)
             for a in asks:
@@ -240,6 +252,7 @@ class World:
         Patches of the MPIJob with a resourceVersion build on the version the previous one produced."""
         job_rv: str | None = None
         skip_event = False
+        self.exclusive = {}
         for action in actions:
             if isinstance(action, Emit):
                 if not skip_event:
@@ -250,7 +263,17 @@ class World:
             if isinstance(action, RequeueAfter | ConfirmAbsence):
                 continue
             try:
-                if isinstance(action, Create):
+                if isinstance(action, Create) and action.exclusive:
+                    key = (action.obj["kind"], action.obj["metadata"]["name"])
+                    try:
+                        self._create(action)
+                    except ApiError as err:
+                        # Someone else's object: an answer, not a failure; nothing after it runs.
+                        self.exclusive[key] = None
+                        self.tolerated.append(err)
+                        return err
+                    self.exclusive[key] = self.objects[key]["metadata"]["uid"]
+                elif isinstance(action, Create):
                     self._create(action)
                 elif isinstance(action, Patch):
                     if action.kind == "MPIJob" and action.resource_version is not None and job_rv is not None:

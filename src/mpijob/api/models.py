@@ -229,3 +229,9 @@ class JobStatus(_Model):
     last_worker_failure_time: str | None = Field(
         default=None, alias="lastWorkerFailureTime", description="When a worker last failed."
     )
+    ssh_secret_uid: str | None = Field(
+        default=None,
+        alias="sshSecretUID",
+        description="uid of the SSH Secret the operator created for this job; empty while a Secret of that "
+        "name that the operator did not create blocks the job.",
+    )

@@ -41,6 +41,8 @@ class Outcome:
     gone: tuple[str, str] | None = None
     # Answers to ConfirmAbsence, by (kind, name): True = 404 (gone), False = exists.
     absence_checks: dict[tuple[str, str], bool] = field(default_factory=dict)
+    # Exclusive creates, by (kind, name): the new object's uid, or None when the name was taken.
+    created: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
 
 class Executor:
@@ -73,6 +75,14 @@ class Executor:
                     outcome.requeue_after = action.seconds
                 elif isinstance(action, ConfirmAbsence):
                     outcome.absence_checks[(action.kind, action.name)] = await self._absent(namespace, action)
+                elif isinstance(action, Create) and action.exclusive:
+                    key = (str(action.obj["kind"]), str(action.obj["metadata"]["name"]))
+                    outcome.created[key] = uid = await self._create_exclusive(namespace, action)
+                    if uid is None:
+                        # Someone else's object holds the name: nothing after this may run (fail closed).
+                        outcome.conflict = f"{key[0]} {key[1]}: AlreadyExists"
+                        return outcome
+                    outcome.writes += 1
                 elif isinstance(action, Create):
                     skip_next_event = not await self._create(namespace, action)
                     outcome.writes += 0 if skip_next_event else 1
@@ -131,6 +141,20 @@ class Executor:
                 return False
             raise
         return True
+
+    async def _create_exclusive(self, namespace: str, action: Create) -> str | None:
+        """The created object's uid, or None on AlreadyExists."""
+        obj = copy.deepcopy(action.obj)
+        if action.generate_ssh_keys:
+            obj["data"] = ssh_key_pair()
+        try:
+            made = await self.client.create(collection_path(obj["apiVersion"], obj["kind"], namespace), obj)
+        except ApiError as err:
+            if err.status == 409:
+                return None
+            raise
+        # The API server always returns the uid; "unknown" keeps a created object from reading as a conflict.
+        return str(((made or {}).get("metadata") or {}).get("uid") or "unknown")
 
     async def _patch(self, namespace: str, action: Patch, job_rv: Any) -> Any:
         patch = copy.deepcopy(action.patch)

@@ -44,7 +44,6 @@ class Snapshot:
     launcher_pods: Sequence[Obj] = ()
     service: Obj | None = None
     config_map: Obj | None = None
-    secret: Obj | None = None
     pdb: Obj | None = None
     # Nodes by name. A node a worker is bound to that is missing here has been deleted.
     nodes: Mapping[str, Obj] = field(default_factory=dict)
@@ -54,6 +53,10 @@ class Snapshot:
     # Live reads of objects missing from the cache, by (kind, name): True = the API server said 404 (really
     # gone), False = it exists (the cache is behind). Absence from the cache alone decides nothing.
     absence_checks: Mapping[tuple[str, str], bool] = field(default_factory=dict)
+
+    # Exclusive creates of this job (the SSH Secret) the operator made, by (kind, name): the uid it created,
+    # or None when the name was taken (AlreadyExists). The operator does not watch Secrets (issue 8, rule 12).
+    created: Mapping[tuple[str, str], str | None] = field(default_factory=dict)
 
     def confirmed_absent(self, kind: str, name: str) -> bool:
         return self.absence_checks.get((kind, name)) is True

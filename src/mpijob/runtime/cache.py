@@ -74,7 +74,6 @@ class Cache:
         "jobs",
         "services",
         "configmaps",
-        "secrets",
         "pdbs",
         "nodes",
     )
@@ -130,7 +129,6 @@ class Cache:
             launcher_pods=launcher_pods,
             service=_one(self.indexes["services"], (ns, name)),
             config_map=_one(self.indexes["configmaps"], (ns, c.config_map_name(name))),
-            secret=_one(self.indexes["secrets"], (ns, c.secret_name(name))),
             pdb=_one(self.indexes["pdbs"], (ns, c.pdb_name(name))),
             nodes=_Nodes(self.indexes["nodes"]),
             pod_group=_one(self.indexes.get("podgroups"), (ns, name)),

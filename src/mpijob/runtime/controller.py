@@ -109,6 +109,9 @@ class Controller:
         # is on its way and will enqueue the job again), so planning on it would only cause a 409.
         self.written: dict[Key, int] = {}
         self.expected_pods: dict[Key, tuple[set[str], float]] = {}
+        # uids of the SSH Secrets we created, until the job's status records them (Secrets are not watched,
+        # so this is how a reconcile after a 409 on the status write still knows the Secret is ours).
+        self.created: dict[Key, dict[tuple[str, str], str | None]] = {}
         self.leading = asyncio.Event()
         # Leadership fences every write, not only each dequeued key (issue 8, rule 11).
         executor.fence = self.leading.is_set
@@ -150,7 +153,6 @@ class Controller:
         for resource, idx, kind in (
             (("v1", "services"), "services", "Service"),
             (("v1", "configmaps"), "configmaps", "ConfigMap"),
-            (("v1", "secrets"), "secrets", "Secret"),
             (("policy", "v1", "poddisruptionbudgets"), "pdbs", "PodDisruptionBudget"),
         ):
             index(
@@ -190,7 +192,6 @@ class Controller:
 
         on_event(("v1", "services"), service_keys, "service_events")
         on_event(("v1", "configmaps"), child_keys, "configmap_events")
-        on_event(("v1", "secrets"), child_keys, "secret_events")
         on_event(("policy", "v1", "poddisruptionbudgets"), child_keys, "pdb_events")
         on_event(("v1", "nodes"), node_keys, "node_events")
         if self.config.gang_scheduler:
@@ -240,6 +241,7 @@ class Controller:
         if job is None:
             self.written.pop(key, None)
             self.expected_pods.pop(key, None)
+            self.created.pop(key, None)
             return None
         if _rv(job) < self.written.get(key, 0):
             return 1.0  # fallback only: the watch event for our write normally comes first
@@ -275,14 +277,28 @@ class Controller:
         """plan -> apply; a plan that asks for live reads (ConfirmAbsence) gets them and is made again with
         the answers (a few rounds at most; each round asks for a bounded number of reads)."""
         checks: dict[tuple[str, str], bool] = {}
+        meta = job["metadata"]
+        key = (str(meta["namespace"]), str(meta["name"]))
+        recorded = (job.get("status") or {}).get("sshSecretUID")
+        created = {k: v for k, v in self.created.pop(key, {}).items() if v != recorded}
         for _ in range(CONFIRM_ROUNDS):
-            snapshot = replace(self.cache.snapshot(job, self.clock(), self.config), absence_checks=dict(checks))
+            snapshot = replace(
+                self.cache.snapshot(job, self.clock(), self.config), absence_checks=dict(checks), created=dict(created)
+            )
             actions = plan(snapshot)
             outcome = await self.executor.apply(job, actions)
-            if not outcome.absence_checks or outcome.error is not None:
-                return outcome
+            created.update(outcome.created)
+            refused = any(v is None for v in outcome.created.values())
+            if (not outcome.absence_checks and not refused) or outcome.error is not None:
+                break
+            # Asked for live reads, or an exclusive create found the name taken: plan again with the answer
+            # (the second plan reports the conflict in the status).
             self.stats.live_reads += len(outcome.absence_checks)
             checks.update(outcome.absence_checks)
+        # Keep what was created until the status shows it; a refusal is retried on the next reconcile.
+        kept: dict[tuple[str, str], str | None] = {k: v for k, v in created.items() if v is not None}
+        if kept:
+            self.created[key] = kept
         return outcome
 
     async def worker(self) -> None:

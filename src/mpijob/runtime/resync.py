@@ -56,7 +56,6 @@ KINDS: tuple[Kind, ...] = (
     Kind("Job", "/apis/batch/v1/jobs", "/apis/batch/v1/namespaces/{ns}/jobs", "jobs", ("jobs",)),
     Kind("Service", "/api/v1/services", "/api/v1/namespaces/{ns}/services", "services", ("services",)),
     Kind("ConfigMap", "/api/v1/configmaps", "/api/v1/namespaces/{ns}/configmaps", "configmaps", ("configmaps",)),
-    Kind("Secret", "/api/v1/secrets", "/api/v1/namespaces/{ns}/secrets", "secrets", ("secrets",)),
     Kind(
         "PodDisruptionBudget",
         "/apis/policy/v1/poddisruptionbudgets",
