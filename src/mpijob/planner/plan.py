@@ -66,6 +66,10 @@ BACKOFF_AFTER = 3
 BACKOFF_BASE_SECONDS = 10.0
 BACKOFF_MAX_SECONDS = 300.0
 BACKOFF_RESET_SECONDS = 600.0
+# A worker whose node turns out to be terminating within this long of its creation "landed on a terminating
+# node" (a replacement the scheduler put on a node about to go): it counts toward the backoff like a
+# failure. Workers that served longer and lose their node (an ordinary spot reclaim) do not.
+LANDED_WITHIN_SECONDS = 120.0
 # While a Secret named like the job's SSH Secret that the operator did not create blocks the job, the create
 # is retried this often (the operator does not watch Secrets, so it is not told when the name frees up).
 SECRET_RETRY_SECONDS = 60.0
@@ -133,11 +137,14 @@ class _Planner:
         return False
 
     def replacement_backoff(self, wp: WorkerPlan) -> None:
-        """No churn: workers that keep failing are replaced with a per-job exponential backoff. The first
+        """No churn: workers that keep failing (or keep landing on a terminating node) are replaced with a
+        per-job exponential backoff. The first
         BACKOFF_AFTER - 1 failures are replaced at once; then each new failure waits 10 s, 20 s, ... up to
         5 min after the last failure. The count is forgotten after 10 quiet minutes. Both live in the status,
         so a restart does not reset them."""
-        failed_now = sum(1 for leave in wp.to_leave if pod_phase(leave.pod) == "Failed")
+        failed_now = sum(1 for leave in wp.to_leave if pod_phase(leave.pod) == "Failed") + sum(
+            1 for s in wp.signals if self.landed_on_terminating_node(s.pod)
+        )
         raw = self.status.get("recentWorkerFailures")
         count = raw if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= 10**6 else 0
         last = parse_time(self.status.get("lastWorkerFailureTime"))
@@ -159,6 +166,10 @@ class _Planner:
         if left > 0:
             wp.to_create = []
             self.wake.append(left)
+
+    def landed_on_terminating_node(self, pod: Obj) -> bool:
+        born = parse_time(meta(pod).get("creationTimestamp"))
+        return born is not None and 0 <= (self.s.now - born).total_seconds() <= LANDED_WITHIN_SECONDS
 
     def foreign_children(self) -> list[str]:
         """Objects with the names of this job's Service, ConfigMap, Secret or launcher Job that it does not
