@@ -641,8 +641,12 @@ async def test_foreign_object_with_a_child_name_is_never_touched_and_the_job_rep
         ours = await kube.get("v1", kind, foreign_name)
         assert ours is not None and (ours["metadata"].get("ownerReferences") or [{}])[0].get("kind") == "MPIJob"
         if kind == "Secret":
-            status = (await kube.job(name)).get("status") or {}
-            assert status.get("sshSecretUID") == ours["metadata"]["uid"]
+
+            async def uid_recorded() -> bool:
+                status = (await kube.job(name)).get("status") or {}
+                return bool(status.get("sshSecretUID") == ours["metadata"]["uid"])
+
+            await eventually(uid_recorded, what="the SSH Secret's uid in the status")
         await eventually(lambda: _condition_false(kube, name, "ResourceConflict"), what="ResourceConflict cleared")
 
 

@@ -242,3 +242,19 @@ def test_foreign_objects_are_cached_without_annotations() -> None:
     assert "data" not in slim.owned_object(foreign_cm, "ConfigMap")
     assert "annotations" not in slim.node(node)["metadata"]
     assert slim.batch_job(foreign_job)["spec"]["template"]["metadata"] == {}
+
+
+def test_a_restart_right_after_a_retried_create_does_not_call_our_secret_foreign() -> None:
+    job = mpijob(workers=2)
+    world = _world_with(job, secret(job, owner=OTHER))
+    world.reconcile("pi")
+    assert world.job("pi")["status"]["sshSecretUID"] == ""
+    del world.objects[("Secret", "pi-ssh")]
+    world.advance(SECRET_RETRY_SECONDS)
+    world.reconcile("pi")  # the retry creates ours; the status write right after it clears the marker
+
+    world.created.clear()  # restart before the uid was recorded
+    world.settle("pi")
+
+    assert cond(world.job("pi")["status"], "ResourceConflict")["status"] == "False"
+    assert len(world.kept_workers("pi")) == 2

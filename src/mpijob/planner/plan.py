@@ -413,6 +413,9 @@ class _Planner:
         earlier = recorded is None and self.old_status.get("conditions")
         if earlier and not _reported_foreign_secret(self.old_status, name):
             return
+        # The status write right after the create then says "created" (no sshSecretUID, with conditions),
+        # also when retrying after a conflict ("" would otherwise survive a restart before the uid is recorded).
+        self.status.pop("sshSecretUID", None)
         self.secret_create = [
             Create(children.ssh_secret(self.job), generate_ssh_keys=True, exclusive=True),
             Emit("Normal", "SuccessfulCreateSecret", f"Created Secret {name}"),
