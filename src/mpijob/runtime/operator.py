@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import kopf
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
@@ -219,13 +220,49 @@ async def _resync(controller: Controller, client: Client, options: OperatorOptio
     )
 
 
+# What an unreachable API server raises (kubernetes_asyncio only turns HTTP answers into ApiException).
+_NETWORK_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+def sturdy_lease_lock(name: str, namespace: str, identity: str, api: k8s_client.ApiClient) -> Any:
+    """kubernetes_asyncio's LeaseLock, except that a network error is a failed attempt, as an HTTP error is:
+    the library lets it escape and ends the election, so a kube-apiserver restart stopped every operator
+    (found by the chaos run). Now a follower keeps trying, and a leader loses the Lease only once its renew
+    deadline passes without a renewal, as in client-go."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+    from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
+
+    class SturdyLeaseLock(LeaseLock):
+        async def get(self, name: str, namespace: str) -> Any:
+            try:
+                return await super().get(name, namespace)
+            except _NETWORK_ERRORS as err:
+                log.warning("leader election: API server unreachable: %s", err)
+                failed = ApiException(status=503, reason="unreachable")
+                failed.body = json.dumps({"code": 503}).encode()
+                return False, failed
+
+        async def create(self, name: str, namespace: str, election_record: Any) -> bool:
+            try:
+                return bool(await super().create(name, namespace, election_record))
+            except _NETWORK_ERRORS:
+                return False
+
+        async def update(self, name: str, namespace: str, updated_record: Any) -> bool:
+            try:
+                return bool(await super().update(name, namespace, updated_record))
+            except _NETWORK_ERRORS:
+                return False
+
+    return SturdyLeaseLock(name, namespace, identity, api)
+
+
 async def _lead(api: k8s_client.ApiClient, options: OperatorOptions, controller: Controller) -> None:
     """Reconcile only while holding the Lease; standbys keep warm caches. Losing the lease is fatal."""
     from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
-    from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
     identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-    lock = LeaseLock("mpijob-operator", options.lock_namespace, identity, api)
+    lock = sturdy_lease_lock("mpijob-operator", options.lock_namespace, identity, api)
 
     async def started() -> None:
         log.info("leading as %s", identity)
