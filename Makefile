@@ -42,10 +42,12 @@ test: $(STAMP) testbed testbed-extras lint
 
 # A long seeded chaos run (issue 8): operator SIGKILLs across scale-in, node termination and scale-out.
 # CHAOS_SEED=n replays a run; docs/reliability.md has the counts of the last long run.
+# CHAOS_FAULT_ROUNDS: rounds of watch expiry, API server restarts, 409 storm and lease handovers.
 CHAOS_STEPS ?= 200
 CHAOS_SEED ?= 20261130
+CHAOS_FAULT_ROUNDS ?= 3
 chaos: $(STAMP) testbed
-	MPIJOB_CHAOS_STEPS=$(CHAOS_STEPS) MPIJOB_CHAOS_SEED=$(CHAOS_SEED) $(BIN)/pytest tests/integration/test_chaos.py -q -s -p no:cacheprovider
+	MPIJOB_CHAOS_STEPS=$(CHAOS_STEPS) MPIJOB_CHAOS_SEED=$(CHAOS_SEED) MPIJOB_CHAOS_FAULT_ROUNDS=$(CHAOS_FAULT_ROUNDS) $(BIN)/pytest tests/integration/test_chaos.py -q -s -p no:cacheprovider
 
 bench: $(STAMP) testbed
 	$(BIN)/python bench/run.py
