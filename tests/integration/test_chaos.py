@@ -7,6 +7,10 @@ targeted scale-ins, node terminations and scale-outs. After every step:
 - no double decrement (replicas after a node termination = max(minReplicas, before - its workers));
 - the job converges: replicas live Running workers, all in discover_hosts.sh, workersToDelete empty.
 
+A second test adds faults beyond operator kills (a forced watch expiry with a deletion in the gap, kube-apiserver
+restarts, a 409 storm of concurrent workersToDelete edits, lease handovers between two operators), with the
+same checks; MPIJOB_CHAOS_FAULT_ROUNDS rounds (default 1).
+
 `.ci/run` runs a short seeded run (MPIJOB_CHAOS_STEPS, default 6); `make chaos` runs a long one.
 MPIJOB_CHAOS_SEED picks the seed (printed on failure, so a failing run can be replayed).
 """
