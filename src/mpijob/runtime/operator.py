@@ -41,6 +41,7 @@ class OperatorOptions:
     cluster_domain: str = ""
     termination_taints: tuple[str, ...] = DEFAULT_TERMINATION_TAINTS
     cordon_is_termination: bool = True
+    api_discovery: bool = True
     leader_elect: bool = False
     lock_namespace: str = "mpijob-system"
     health_port: int = 0
@@ -115,6 +116,7 @@ async def run(
             cluster_domain=options.cluster_domain,
             termination_taints=options.termination_taints,
             cordon_is_termination=options.cordon_is_termination,
+            api_discovery=options.api_discovery,
         ),
         workers=options.workers,
     )
