@@ -41,14 +41,19 @@ def payload_hosts(text: str | None) -> list[str] | None:
     return hosts
 
 
-def listed_hosts(data: dict[str, str]) -> list[str]:
-    """Host names a job's ConfigMap data lists for discovery: the discovery list, or for a static job (or
-    data written before the list existed) the `echo host:slots` lines of its script."""
+def listed_lines(data: dict[str, str]) -> list[str]:
+    """The `host:slots` lines a job's ConfigMap data lists for discovery: the discovery list, or for data
+    written before the list existed the `echo host:slots` lines of the script."""
     hosts = payload_hosts(data.get(c.DISCOVERED_HOSTS_KEY))
     if hosts is None:
         script = data.get(c.DISCOVER_HOSTS_KEY) or ""
         hosts = [line.removeprefix("echo ").strip() for line in script.splitlines() if line.startswith("echo ")]
-    return [h.rpartition(":")[0] or h for h in hosts]
+    return hosts
+
+
+def listed_hosts(data: dict[str, str]) -> list[str]:
+    """Host names (without slots) of listed_lines()."""
+    return [h.rpartition(":")[0] or h for h in listed_lines(data)]
 
 
 def desired_payload(current: str | None, namespace: str, job: str, hosts: Sequence[str], slots: int, now: str) -> str:
