@@ -184,17 +184,17 @@ def discovery_names(data: dict[str, str]) -> list[str]:
     return [host.split(".", 1)[0] for host in listed_hosts(data)]
 
 
-async def run_discovery(kube: Kube, job: str) -> list[str]:
+async def run_discovery(kube: Kube, job: str, source: str = "API") -> list[str]:
     """Executes the job's discover_hosts.sh with `sh`, as Horovod's driver does, with the launcher's own
-    credentials (tests/integration/launcher.py); the workers it lists. It must have answered from the API."""
+    credentials (tests/integration/launcher.py); the workers it lists. It must have answered from `source`."""
     async with launcher(kube, job) as seat:
         run = await seat.run()
     assert run.returncode == 0, dumps(run)
-    assert "source: API" in run.stderr, dumps(run)
+    assert f"source: {source}" in run.stderr, dumps(run)
     return run.pods
 
 
-async def start_job(kube: Kube, body: Obj, nodes: list[str] | None = None) -> list[Obj]:
+async def start_job(kube: Kube, body: Obj, nodes: list[str] | None = None, source: str = "API") -> list[Obj]:
     """Creates the job and waits until all its workers are Running (spread evenly over `nodes`, when
     given) and listed by discover_hosts.sh. Returns the workers."""
     name = body["metadata"]["name"]
@@ -213,7 +213,7 @@ async def start_job(kube: Kube, body: Obj, nodes: list[str] | None = None) -> li
         assert max(per_node.values()) - min(per_node.values()) <= 1, per_node
 
     async def discovered() -> bool:
-        return await run_discovery(kube, name) == sorted(names(pods))
+        return await run_discovery(kube, name, source) == sorted(names(pods))
 
     await eventually(discovered, within=60, what=f"discover_hosts.sh of {name} lists all workers")
     return pods

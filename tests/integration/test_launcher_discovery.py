@@ -219,7 +219,8 @@ async def test_user_service_account_is_bound_and_a_file_only_job_gets_no_access(
             run = await seat.run()
             assert run.returncode == 0 and "source: API" in run.stderr, dumps(run)
 
-        await start_job(kube, elastic_job("filed", nodes, workers=2, min_replicas=1, hostDiscovery="File"), nodes)
+        filed = elastic_job("filed", nodes, workers=2, min_replicas=1, hostDiscovery="File")
+        await start_job(kube, filed, nodes, source="file (pod annotation)")
         for kind in ("ServiceAccount", "Role", "RoleBinding"):
             api_version = "v1" if kind == "ServiceAccount" else "rbac.authorization.k8s.io/v1"
             assert await kube.get(api_version, kind, "filed-launcher") is None, kind
