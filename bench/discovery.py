@@ -326,7 +326,10 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
         events = (await kube.get(collection_path("v1", "Event", ns))).get("items") or []
         per_job: dict[str, list[str]] = {}
         for event in events:
-            when = datetime.fromisoformat(str(event.get("firstTimestamp")).replace("Z", "+00:00"))
+            if (event.get("involvedObject") or {}).get("kind") != "MPIJob":
+                continue
+            stamp_text = event.get("firstTimestamp") or event["metadata"]["creationTimestamp"]
+            when = datetime.fromisoformat(str(stamp_text).replace("Z", "+00:00"))
             if when >= taint_wall:
                 per_job.setdefault(event["involvedObject"]["name"], []).append(event["reason"])
         out["node_terminating_events_per_affected_job"] = sorted(
