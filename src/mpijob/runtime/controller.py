@@ -213,7 +213,10 @@ class Controller:
             return None
         if _rv(job) < self.written.get(key, 0):
             return 1.0  # fallback only: the watch event for our write normally comes first
-        if _rv(self.cache.config_map_version(*key) or "0") < self.written_config_maps.get(key, 0):
+        cm_version = self.cache.config_map_version(*key)
+        if cm_version is None:
+            self.written_config_maps.pop(key, None)  # gone: nothing to wait for (the plan makes it again)
+        elif _rv(cm_version) < self.written_config_maps.get(key, 0):
             return 1.0  # likewise for the discovery write of a deferred reconcile
         if not self._pods_seen(key):
             return 0.05  # our pod creates are not in the cache yet; their events will enqueue us too
