@@ -329,11 +329,18 @@ def test_node_taint_writes_discovery_first_then_defers_the_rest() -> None:
     assert actions[0].resource_version == world.get("ConfigMap", "pi-config")["metadata"]["resourceVersion"]  # type: ignore[index]
 
 
-def test_after_the_deferred_discovery_write_the_rest_follows_with_one_event_per_decision() -> None:
+def test_after_the_deferred_discovery_write_the_nudge_then_the_rest_follow_with_one_event_per_decision() -> None:
     world = _running_world()
     world.taint("node-2", SPOT_TAINT)
     world.apply(plan(world.snapshot("pi")))
     assert [p["metadata"]["name"] for p in world.pods() if "leaving-since" in str(p["metadata"])] == []
+
+    # Second: the launcher's file fallback (the nudge), again ahead of everything else.
+    actions = plan(world.snapshot("pi"))
+    launchers = {p["metadata"]["name"] for p in world.pods() if "launcher" in p["metadata"]["name"]}
+    defer = next(i for i, a in enumerate(actions) if isinstance(a, Defer))
+    assert set(nudges(actions[:defer])) == launchers and len(actions[:defer]) == len(launchers)
+    world.apply(actions)
 
     actions = plan(world.snapshot("pi"))
 
@@ -345,8 +352,8 @@ def test_after_the_deferred_discovery_write_the_rest_follows_with_one_event_per_
     terminating = emits(actions, reason="NodeTerminating")
     assert len(terminating) == 1 and "pi-worker-1, pi-worker-3" in terminating[0].message
     assert leaving_events == []
-    assert set(nudges(actions)) == {p["metadata"]["name"] for p in world.pods() if "launcher" in p["metadata"]["name"]}
-    # Announced after the record, the marks, discovery and the nudge.
+    assert nudges(actions) == {}
+    # Announced after the record and the marks.
     pod_writes = [
         i for i, a in enumerate(actions) if isinstance(a, Patch) and a.kind in ("MPIJob", "Pod") and not a.subresource
     ]

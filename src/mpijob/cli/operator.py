@@ -30,7 +30,13 @@ def register(subparsers: Any) -> None:
         default=_env_list("MPIJOB_NAMESPACES"),
         help="namespace to watch (repeatable; env MPIJOB_NAMESPACES, comma-separated); default: all",
     )
-    op.add_argument("--workers", type=int, default=int(os.environ.get("MPIJOB_WORKERS", "4")))
+    op.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("MPIJOB_WORKERS", "16")),
+        help="concurrent reconciles (different jobs); a reconcile mostly waits on the API server, and after a "
+        "node taint every affected job needs its discovery write at once (env MPIJOB_WORKERS)",
+    )
     op.add_argument("--kube-api-qps", type=float, default=float(os.environ.get("MPIJOB_KUBE_API_QPS", "50")))
     op.add_argument("--kube-api-burst", type=int, default=int(os.environ.get("MPIJOB_KUBE_API_BURST", "100")))
     op.add_argument("--log-format", choices=("text", "json"), default=os.environ.get("MPIJOB_LOG_FORMAT", "text"))

@@ -91,6 +91,7 @@ class _Planner:
         self.wake: list[float] = []
         self.conflicts: list[str] = []
         self.status_events: list[Emit] = []
+        self.urgent_nudges: list[Action] = []
         # Pods of a launcher Job we do not own say nothing about this job.
         launcher = snapshot.launcher
         self.launcher_pods = snapshot.launcher_pods if launcher is not None and is_owned_by(launcher, self.job) else ()
@@ -156,26 +157,26 @@ class _Planner:
         return self.urgent_first(self.actions)
 
     def urgent_first(self, actions: list[Action]) -> list[Action]:
-        """Workers leaving discovery is what the launcher must see first (a node may have seconds left):
-        when this plan drops hosts from discovery, that write goes first, then Defer: the job is planned
-        again behind the other queued jobs, so after a node taint every affected job's discovery changes
-        before any job's other writes (spec record, leaving marks, launcher nudge, status, Events). Safe:
-        the next plan recomputes the same decisions from the node signals, and a leaving worker's grace
-        period counts from its mark, made later, never earlier."""
-        index = next(
-            (i for i, a in enumerate(actions) if isinstance(a, Patch) and a.kind == "ConfigMap"),
-            None,
-        )
-        if index is None:
+        """Workers leaving discovery is what the launcher must see first (a node may have seconds left). When
+        this plan drops hosts from the ConfigMap's list (what the launcher reads from the API), that write
+        goes first, then Defer: the job is planned again behind the other queued jobs, so after a node taint
+        every affected job's API list changes before any job's other writes. The next plan, likewise, puts
+        the launcher nudges that drop hosts (the file fallback) first. Then the rest: spec record, leaving
+        marks, status, Events. Safe: each plan recomputes the same decisions from the node signals, and a
+        leaving worker's grace period counts from its mark, made later, never earlier."""
+        urgent: list[Action] = []
+        for action in actions:
+            if isinstance(action, Patch) and action.kind == "ConfigMap":
+                before = discovery.listed_hosts((self.s.config_map or {}).get("data") or {})
+                data = {k: v for k, v in (action.patch.get("data") or {}).items() if v is not None}
+                if set(before) - set(discovery.listed_hosts(data)):
+                    urgent = [action]
+        if not urgent:
+            urgent = [a for a in actions if any(a is n for n in self.urgent_nudges)]
+        rest = [a for a in actions if not any(a is u for u in urgent)]
+        if not urgent or not any(isinstance(a, Create | Patch | Delete) for a in rest):
             return actions
-        patch = actions[index]
-        assert isinstance(patch, Patch)
-        before = discovery.listed_hosts((self.s.config_map or {}).get("data") or {})
-        after = discovery.listed_hosts({k: v for k, v in (patch.patch.get("data") or {}).items() if v is not None})
-        others = [a for a in actions if a is not patch and isinstance(a, Create | Patch | Delete)]
-        if not (set(before) - set(after)) or not others:
-            return actions
-        return [patch, Defer(), *(a for a in actions if a is not patch)]
+        return [*urgent, Defer(), *rest]
 
     def active(self) -> None:
         spec = self.spec
@@ -361,9 +362,15 @@ class _Planner:
         for pod in self.launcher_pods:
             if is_terminating(pod) or pod_phase(pod) in FINISHED_PHASES:
                 continue
-            if annotations_of(pod).get(c.ANNOTATION_DISCOVERED_HOSTS) != listed:
-                patch = {"metadata": {"annotations": {c.ANNOTATION_DISCOVERED_HOSTS: listed}}}
-                self.actions.append(Patch("v1", "Pod", name_of(pod), patch))
+            current = annotations_of(pod).get(c.ANNOTATION_DISCOVERED_HOSTS)
+            if current != listed:
+                patch = Patch(
+                    "v1", "Pod", name_of(pod), {"metadata": {"annotations": {c.ANNOTATION_DISCOVERED_HOSTS: listed}}}
+                )
+                self.actions.append(patch)
+                before = discovery.listed_hosts({c.DISCOVERED_HOSTS_KEY: current or ""})
+                if set(before) - set(discovery.listed_hosts({c.DISCOVERED_HOSTS_KEY: listed})):
+                    self.urgent_nudges.append(patch)
 
     def ensure_discovery_access(self) -> tuple[bool, str | None]:
         """The launcher's read access to its discovery list: a ServiceAccount (unless the user chose one), a

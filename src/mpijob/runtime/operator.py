@@ -33,7 +33,7 @@ log = logging.getLogger("mpijob.operator")
 class OperatorOptions:
     kubeconfig: str | None = None
     namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
-    workers: int = 4
+    workers: int = 16  # concurrent reconciles: they mostly wait on the API server (docs/results.md)
     qps: float = 50.0
     burst: int = 100
     log_format: str = "text"
