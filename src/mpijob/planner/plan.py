@@ -344,8 +344,9 @@ class _Planner:
                     "v1",
                     "ConfigMap",
                     name,
-                    # Keys we do not write are nulled: a merge patch keeps what it does not name.
-                    {"data": _merge_patch_to(current.get("data") or {}, data)},
+                    # Only the keys that changed (the script rarely does); keys we do not write are nulled: a
+                    # merge patch keeps what it does not name.
+                    {"data": _changed_keys(current.get("data") or {}, data)},
                     resource_version=meta(current).get("resourceVersion"),
                 )
             )
@@ -666,6 +667,13 @@ def _status_patch(job: Obj, old: dict[str, Any], new: dict[str, Any], now: str) 
         resource_version=meta(job).get("resourceVersion"),
         subresource="status",
     )
+
+
+def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch of a flat map from `old` to `new` that names only what differs."""
+    patch: dict[str, Any] = {key: None for key in old if key not in new}
+    patch.update({key: value for key, value in new.items() if old.get(key) != value})
+    return patch
 
 
 def _merge_patch_to(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
