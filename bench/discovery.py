@@ -332,12 +332,11 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
             when = datetime.fromisoformat(str(stamp_text).replace("Z", "+00:00"))
             if when >= taint_wall:
                 per_job.setdefault(event["involvedObject"]["name"], []).append(event["reason"])
-        out["node_terminating_events_per_affected_job"] = sorted(
-            {reasons.count("NodeTerminating") for job, reasons in per_job.items() if job in victims}
-        )
-        out["events_per_affected_job_after_taint"] = sorted(
-            {len(reasons) for job, reasons in per_job.items() if job in victims}
-        )
+        # Per reason: how many Events each affected job got after the taint (sets of counts over the jobs).
+        reasons_seen = sorted({r for job, reasons in per_job.items() if job in victims for r in reasons})
+        out["events_per_affected_job_by_reason"] = {
+            r: sorted({per_job.get(job, []).count(r) for job in victims}) for r in reasons_seen
+        }
     finally:
         for stream in streams:
             await stream.stop()

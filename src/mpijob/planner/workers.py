@@ -195,6 +195,7 @@ def _plan_elastic(
     #    crash in between can never make step 2 count the same lost worker twice.
     previously_discovered = set((snapshot.job.get("status") or {}).get("discoveredHosts") or [])
     listed: list[str] = []
+    removed: dict[str, list[str]] = {"gone": [], "being deleted": []}
     for name in dict.fromkeys(policy.workers_to_delete):
         pod = by_name.get(name)
         if pod is None:
@@ -202,7 +203,7 @@ def _plan_elastic(
                 listed.append(name)
                 continue
             if name in previously_leaving:
-                result.events.append(("Normal", "WorkerRemoved", f"worker {name} is gone"))
+                removed["gone"].append(name)
             else:
                 why = _describe_bad_name(snapshot, name)
                 result.events.append(
@@ -214,9 +215,17 @@ def _plan_elastic(
                 )
             continue
         if is_terminating(pod) and (_is_leaving(pod) or name in previously_leaving):
-            result.events.append(("Normal", "WorkerRemoved", f"worker {name} is being deleted"))
+            removed["being deleted"].append(name)
             continue
         listed.append(name)
+    # One Event for the workers that finished leaving in this reconcile.
+    for how, names in removed.items():
+        if names:
+            noun = "worker" if len(names) == 1 else "workers"
+            verb = {"gone": "is gone" if len(names) == 1 else "are gone"}.get(
+                how, "is being deleted" if len(names) == 1 else "are being deleted"
+            )
+            result.events.append(("Normal", "WorkerRemoved", f"{noun} {', '.join(names)} {verb}"))
 
     # 2. Node-termination signals and workers removed by someone else (eviction, kubectl delete, failure).
     listed_set = set(listed)
