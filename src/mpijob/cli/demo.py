@@ -226,7 +226,7 @@ async def _scenario(kubeconfig: Path, clock: Clock) -> None:
             while True:
                 started = time.monotonic()
                 if await _discovery_size(kube, 2):
-                    return started - tainted
+                    return time.monotonic() - tainted  # an upper bound: when that run had ended
                 if started - tainted > 60:
                     raise SystemExit("demo: the launcher's discovery never shrank")
 
@@ -241,8 +241,8 @@ async def _scenario(kubeconfig: Path, clock: Clock) -> None:
         )
         clock.mark("taint -> launcher's discover_hosts.sh (its own token) no longer lists node-2", seen)
         clock.say(
-            f"the launcher's discover_hosts.sh lists only node-1's workers (a run started {seen:.2f}s after the "
-            f"taint); node-2's workers {running} still run; Horovod re-forms at its next commit"
+            f"the launcher's discover_hosts.sh lists only node-1's workers (a run that ended {seen:.2f}s after "
+            f"the taint); node-2's workers {running} still run; Horovod re-forms at its next commit"
         )
         clock.mark("taint -> MPIJob patched (replicas 4 -> 2, workersToDelete)", patched)
         clock.say(
