@@ -391,3 +391,15 @@ def test_foreign_config_map_is_not_read_for_discovery_decisions() -> None:
     actions = plan(snap(job, config_map_obj=foreign, node_map={"node-1": node("node-1")}))
     assert not [a for a in actions if isinstance(a, Patch) and a.kind == "ConfigMap"]
     assert not any(isinstance(a, Defer) for a in actions)
+
+
+def test_a_config_map_change_that_keeps_every_host_does_not_defer() -> None:
+    world = _running_world(workers=2)
+    # One more worker: the hostfile changes at once, discovery only once it runs; nobody leaves.
+    world.job("pi")["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 3
+
+    actions = plan(world.snapshot("pi"))
+
+    (patch,) = [a for a in actions if isinstance(a, Patch) and a.kind == "ConfigMap"]
+    assert c.DISCOVERED_HOSTS_KEY not in patch.patch["data"]
+    assert not any(isinstance(a, Defer) for a in actions)
