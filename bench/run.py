@@ -62,7 +62,8 @@ def _converged_snapshot(workers: int) -> Snapshot:
     snap = Snapshot(job=job, now=now)
     objs: dict[str, dict[str, Any]] = {}
     status: dict[str, Any] = {}
-    for _ in range(3):
+    # Enough rounds for the slow start of worker creation (each round creates about as many as exist).
+    for _ in range(12):
         job["status"] = status
         pods = [o for o in objs.values() if o["kind"] == "Pod"]
         nodes = {f"n{i}": {"metadata": {"name": f"n{i}"}, "spec": {}} for i in range(max(1, workers // 4))}
@@ -75,6 +76,9 @@ def _converged_snapshot(workers: int) -> Snapshot:
             config_map=objs.get("ConfigMap"),
             secret=objs.get("Secret"),
             pdb=objs.get("PodDisruptionBudget"),
+            service_account=objs.get("ServiceAccount"),
+            role=objs.get("Role"),
+            role_binding=objs.get("RoleBinding"),
             launcher=objs.get("Job"),
             nodes=nodes,
         )
@@ -93,7 +97,14 @@ def _converged_snapshot(workers: int) -> Snapshot:
             elif isinstance(action, Patch) and action.subresource == "status":
                 status = action.patch["status"]
             elif isinstance(action, Patch) and action.kind in objs:
-                objs[action.kind].update(action.patch)
+                target = objs[action.kind]
+                for key, value in action.patch.items():
+                    if key == "data" and isinstance(value, dict):
+                        # A ConfigMap patch names only the keys that change (JSON merge patch).
+                        data = {**(target.get("data") or {}), **value}
+                        target["data"] = {k: v for k, v in data.items() if v is not None}
+                    else:
+                        target[key] = value
     job["status"] = status
     return snap
 
