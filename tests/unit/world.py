@@ -190,6 +190,7 @@ class World:
             role=copy.deepcopy(self.get("Role", c.discovery_rbac_name(job_name))),
             role_binding=copy.deepcopy(self.get("RoleBinding", c.discovery_rbac_name(job_name))),
             nodes=copy.deepcopy(self.nodes),
+            pod_group=copy.deepcopy(self.get("PodGroup", job_name)),
             config=self.config,
         )
 
@@ -207,7 +208,10 @@ class World:
             actions = plan(snapshot)
             if self.observer is not None:
                 self.observer(snapshot, actions)
-            self.plans.append(actions)
+            deferred = [i for i, a in enumerate(actions) if isinstance(a, Defer)]
+            # A deferred plan is recorded as far as it goes (what follows Defer is not applied: the next plan
+            # decides it again).
+            self.plans.append(actions[: deferred[0] + 1] if deferred else actions)
             asks = [a for a in actions if isinstance(a, ConfirmAbsence)]
             if asks:
                 assert len(asks) == len(actions), "a plan that asks for live reads writes nothing"
@@ -217,7 +221,6 @@ class World:
                     checks[(a.kind, a.name)] = not present
                 continue
             failed = self.apply(actions)
-            deferred = [i for i, a in enumerate(actions) if isinstance(a, Defer)]
             if failed is not None or not deferred:
                 return done + actions
             done += actions[: deferred[0]]
