@@ -37,7 +37,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
-    tb = cluster.up(nodes=args.nodes, state_dir=args.dir, bin_dir=args.bin_dir, echo=_echo)
+    tb = cluster.up(nodes=args.nodes, state_dir=args.dir, bin_dir=args.bin_dir, echo=_echo, real_node=args.real_node)
     print(f"nodes: {', '.join(tb.nodes) or '(none)'}")
     print(f"export KUBECONFIG={tb.kubeconfig}")
     return 0
@@ -105,6 +105,11 @@ def register(subparsers: Any) -> None:
         type=int,
         default=cluster.DEFAULT_NODES,
         help=f"fake nodes node-1..node-N (default {cluster.DEFAULT_NODES}); existing ones are kept",
+    )
+    p.add_argument(
+        "--real-node",
+        action="store_true",
+        help="also run one real node (containerd + kubelet on this host; root; installs Debian packages)",
     )
     p.set_defaults(func=_guarded(_up))
 
