@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs what the real testbed node needs from Debian packages (root and apt required):
 #   containerd runc containernetworking-plugins (bridge, host-local, loopback, portmap)
-#   iptables (the bridge plugin's masquerade rules)  umoci busybox-static mmdebstrap (local images)
+#   iptables + nftables (the DNAT rule for the `kubernetes` Service; nft removes tables iptables created)  umoci busybox-static mmdebstrap (local images)
 # Installing packages is the one host change `mpijob testbed down` does not undo (see docs/testbed.md);
 # the packages' own services are never started: `up --real-node` runs containerd from its own config.
 set -euo pipefail
-pkgs=(containerd runc containernetworking-plugins iptables umoci busybox-static mmdebstrap)
+pkgs=(containerd runc containernetworking-plugins iptables nftables umoci busybox-static mmdebstrap)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -251,6 +251,14 @@ def restore_iptables(before: dict[str, Any]) -> list[str]:
             for chain in new_chains:
                 if _run(tool, "-t", table, "-X", chain).returncode == 0:
                     undone.append(f"{family} {table}: chain {chain}")
+            # With the nf_tables backend the first rule creates the whole table; iptables cannot delete a
+            # table, nft can (only when it is new and now empty).
+            if table not in (old_tables or {}) and shutil.which("nft"):
+                rest = (iptables()[family] or {}).get(table, [])
+                if not any(line.startswith("-A") for line in rest):
+                    nft_family = "ip" if family == "ipv4" else "ip6"
+                    if _run("nft", "delete", "table", nft_family, table).returncode == 0:
+                        undone.append(f"{family} table {table}")
     return undone
 
 

@@ -1,0 +1,417 @@
+"""One real node (containerd + a kubelet built from the testbed's Go module) beside kwok nodes.
+
+Everything here runs real processes: a pod's in-cluster client, `kubectl logs/exec`, and the launcher of an
+elastic MPIJob (made by the real operator) running the generated discover_hosts.sh every second the way
+Horovod's driver does. The module starts its own testbed (`up(real_node=True)` in a short temporary
+directory), records the host before, and its last test proves `down` put the host back.
+
+Skipped with the reason when the machine cannot run a real node (not root, no cgroups, no apt) or when
+MPIJOB_SKIP_REAL_NODE=1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube import Kube, eventually, mpijob
+from kubernetes_asyncio.client import ApiClient, CoreV1Api
+from operator_harness import OperatorProcess
+
+from mpijob.api import constants as c
+from mpijob.cli.operator import install_crd
+from mpijob.executor.client import Client
+from mpijob.testbed import SPOT_ITN_TAINT, cluster, create_node, delete_node, hoststate, realnode, taint_node
+from mpijob.testbed.client import load_api_client
+from mpijob.testbed.paths import resolve_bin_dir
+
+pytestmark = [pytest.mark.integration, pytest.mark.realnode]
+
+Obj = dict[str, Any]
+HOSTNAME = "kubernetes.io/hostname"
+ON_REAL_NODE: Obj = {
+    "nodeSelector": {realnode.REAL_NODE_LABEL: "true"},
+    "tolerations": [{"key": realnode.REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+}
+# Where measured latencies are appended (one JSON object per line) when set; docs/results.md quotes them.
+ENV_RESULTS = "MPIJOB_REALNODE_RESULTS"
+
+
+def _skip_reason() -> str | None:
+    if os.environ.get("MPIJOB_SKIP_REAL_NODE") == "1":
+        return "MPIJOB_SKIP_REAL_NODE=1"
+    return realnode.machine_supports_real_node()
+
+
+@pytest.fixture(scope="module")
+def real_testbed() -> Iterator[tuple[cluster.Testbed, dict[str, Any]]]:
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(f"real node not possible here: {reason}")
+    # Short: containerd's socket lives inside and unix socket paths are limited to 107 bytes.
+    state_dir = Path(tempfile.mkdtemp(prefix="mpijob-rn-"))
+    before = hoststate.capture()
+    tb = cluster.up(nodes=2, state_dir=state_dir, real_node=True)
+    try:
+        yield tb, before
+    finally:
+        if state_dir.exists():
+            cluster.down(state_dir)
+
+
+@pytest.fixture(scope="module")
+async def rn_api(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> AsyncIterator[ApiClient]:
+    client = await load_api_client(real_testbed[0].kubeconfig)
+    async with client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def rn_operator(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> Iterator[OperatorProcess]:
+    tb = real_testbed[0]
+    asyncio.run(install_crd(str(tb.kubeconfig)))
+    proc = OperatorProcess(tb.kubeconfig, tb.state_dir)
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+async def rn_kube(rn_api: ApiClient, request: pytest.FixtureRequest) -> AsyncIterator[Kube]:
+    v1 = CoreV1Api(rn_api)
+    name = f"rn-{request.node.name[5:30].replace('_', '-').strip('-')}-{os.getpid() % 10000}"
+    await v1.create_namespace({"metadata": {"name": name}})
+
+    async def sa() -> bool:
+        items = (await v1.list_namespaced_service_account(name)).items
+        return any(x.metadata.name == "default" for x in items)
+
+    await eventually(sa, within=60, what=f"default ServiceAccount in {name}")
+    yield Kube(Client(rn_api, qps=0, burst=1), name)
+    await v1.delete_namespace(name)
+
+
+def kubectl(tb: cluster.Testbed, *args: str, timeout: float = 60) -> str:
+    binary = resolve_bin_dir(None) / "kubectl"
+    if not binary.exists():
+        binary = Path(shutil.which("kubectl") or "kubectl")
+    out = subprocess.run(
+        [str(binary), f"--kubeconfig={tb.kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
+    return out.stdout
+
+
+def record(**figures: Any) -> None:
+    print("real-node figure:", json.dumps(figures))
+    path = os.environ.get(ENV_RESULTS)
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **figures}) + "\n")
+
+
+async def pod_phase(kube: Kube, name: str) -> str:
+    pod = await kube.get("v1", "Pod", name)
+    return str(((pod or {}).get("status") or {}).get("phase") or "")
+
+
+# -- 1. the node ---------------------------------------------------------------------------------------------
+
+
+async def test_real_node_joins_beside_the_kwok_nodes_tainted_so_only_opted_in_pods_land_there(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]], rn_api: ApiClient
+) -> None:
+    tb = real_testbed[0]
+    nodes = {n.metadata.name: n for n in (await CoreV1Api(rn_api).list_node()).items}
+    assert {"node-1", "node-2", realnode.NODE_NAME} <= set(nodes)
+    real = nodes[realnode.NODE_NAME]
+    assert real.status.node_info.kubelet_version == "v1.37.2"
+    assert real.status.node_info.container_runtime_version.startswith("containerd://")
+    assert {"type": "InternalIP", "address": realnode.NODE_IP} in [a.to_dict() for a in real.status.addresses]
+    assert [t.key for t in real.spec.taints or []] == [realnode.REAL_NODE_TAINT]
+    assert "kwok.x-k8s.io/node" not in (real.metadata.annotations or {})
+    assert realnode.NODE_NAME in kubectl(tb, "get", "nodes", "-l", f"{realnode.REAL_NODE_LABEL}=true", "-o", "name")
+
+
+async def test_pod_on_the_real_node_uses_in_cluster_config_and_kubectl_logs_and_exec_work(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]], rn_kube: Kube
+) -> None:
+    tb, kube = real_testbed[0], rn_kube
+    ns = kube.ns
+    # The pod's own ServiceAccount may list pods in its namespace, nothing else.
+    await kube.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "lister", "namespace": ns}})
+    await kube.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "lister", "namespace": ns},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}],
+        }
+    )
+    await kube.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "lister", "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "lister"},
+            "subjects": [{"kind": "ServiceAccount", "name": "lister", "namespace": ns}],
+        }
+    )
+    # What client libraries do for in-cluster config: env, token and CA from the kubelet's projected mount.
+    script = """
+import json, os, ssl, urllib.request
+sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"]
+ns = open(sa + "/namespace").read()
+req = urllib.request.Request(f"https://{host}:{port}/api/v1/namespaces/{ns}/pods",
+    headers={"Authorization": "Bearer " + open(sa + "/token").read()})
+body = json.load(urllib.request.urlopen(req, context=ssl.create_default_context(cafile=sa + "/ca.crt")))
+print("pods:", " ".join(sorted(p["metadata"]["name"] for p in body["items"])))
+print("server:", host, port)
+"""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "in-cluster", "namespace": ns},
+        "spec": {
+            **ON_REAL_NODE,
+            "serviceAccountName": "lister",
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": realnode.LAUNCHER_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", f"python3 -c '{script}' && exec sleep 3600"],
+                }
+            ],
+        },
+    }
+    await kube.create(pod)
+    await eventually(lambda: _is(kube, "in-cluster", "Running"), within=120, what="pod Running on the real node")
+
+    async def printed() -> str | None:
+        out = kubectl(tb, "-n", ns, "logs", "in-cluster")
+        return out if "pods:" in out else None
+
+    out = await eventually(printed, within=60, what="the pod's in-cluster API call")
+    assert "pods: in-cluster" in out, out
+    assert "server: 10.96.0.1 443" in out, out
+    assert kubectl(tb, "-n", ns, "exec", "in-cluster", "--", "cat", "/etc/hostname").strip() == "in-cluster"
+
+
+async def _is(kube: Kube, pod: str, phase: str) -> bool:
+    return await pod_phase(kube, pod) == phase
+
+
+# -- 2. the launcher's view ------------------------------------------------------------------------------------
+
+# Horovod's driver runs the discovery script once a second (DISCOVER_HOSTS_FREQUENCY_SECS = 1.0), synchronously.
+DISCOVERY_LOOP = (
+    'while true; do echo "@ $(date +%s.%N)"; '
+    f'sh {c.CONFIG_MOUNT_PATH}/{c.DISCOVER_HOSTS_KEY} || echo "! exit $?"; sleep 1; done'
+)
+
+
+def launcher_views(log: str) -> list[tuple[float, list[str]]]:
+    """(time, worker pod names printed) per run of discover_hosts.sh in the launcher's log."""
+    views: list[tuple[float, list[str]]] = []
+    for line in log.splitlines():
+        if line.startswith("@ "):
+            views.append((float(line[2:]), []))
+        elif views and line.strip() and not line.startswith("!"):
+            views[-1][1].append(line.strip().split(".", 1)[0])
+        elif line.startswith("!"):
+            raise AssertionError(f"discover_hosts.sh failed in the launcher: {line}")
+    return views
+
+
+def elastic_job_on_real_launcher(name: str, worker_nodes: list[str], workers: int = 4) -> Obj:
+    spread = {"e2e.mpijob.io/spread": name}
+    return mpijob(
+        name,
+        workers=workers,
+        elastic={
+            "minReplicas": 1,
+            "maxReplicas": 8,
+            "nodeTerminationPolicy": "ScaleIn",
+            "scaleInGracePeriodSeconds": 300,
+        },
+        worker_template={
+            "metadata": {"labels": spread},
+            "spec": {
+                "containers": [{"name": "worker", "image": "mpioperator/mpi-pi:openmpi"}],
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": worker_nodes}]}
+                            ]
+                        }
+                    }
+                },
+                "topologySpreadConstraints": [
+                    {
+                        "maxSkew": 1,
+                        "topologyKey": HOSTNAME,
+                        "whenUnsatisfiable": "DoNotSchedule",
+                        "labelSelector": {"matchLabels": spread},
+                    }
+                ],
+            },
+        },
+        launcher_template={
+            "spec": {
+                **ON_REAL_NODE,
+                "containers": [
+                    {
+                        "name": "launcher",
+                        "image": realnode.LAUNCHER_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["sh", "-c", DISCOVERY_LOOP],
+                    }
+                ],
+            }
+        },
+    )
+
+
+async def _launcher_pod(kube: Kube, job: str) -> Obj | None:
+    pods = await kube.client.get(
+        f"/api/v1/namespaces/{kube.ns}/pods?labelSelector={c.LABEL_JOB_ROLE}%3D{c.ROLE_LAUNCHER}"
+    )
+    running = [p for p in pods["items"] if (p.get("status") or {}).get("phase") == "Running"]
+    return running[0] if running else None
+
+
+async def _taint_and_watch_launcher(
+    tb: cluster.Testbed, api: ApiClient, kube: Kube, *, nudge: bool, within: float
+) -> dict[str, Any]:
+    """An elastic job (4 workers on two kwok nodes, launcher on the real node); taint one node; return when
+    the launcher's own discover_hosts.sh runs stop printing that node's workers."""
+    short = kube.ns.rsplit("-", 1)[-1]
+    nodes = [f"rn-{short}-a", f"rn-{short}-b"]
+    for n in nodes:
+        await create_node(api, n)
+    try:
+        job = "seed"
+        await kube.create(elastic_job_on_real_launcher(job, nodes))
+
+        async def launcher_sees_all() -> Obj | None:
+            pod = await _launcher_pod(kube, job)
+            if pod is None:
+                return None
+            views = launcher_views(kubectl(tb, "-n", kube.ns, "logs", pod["metadata"]["name"]))
+            return pod if views and len(views[-1][1]) == 4 else None
+
+        launcher = await eventually(launcher_sees_all, within=180, what="the launcher listing 4 workers")
+        launcher_name = launcher["metadata"]["name"]
+        workers = (
+            await kube.client.get(
+                f"/api/v1/namespaces/{kube.ns}/pods?labelSelector={c.LABEL_JOB_ROLE}%3D{c.ROLE_WORKER}"
+            )
+        )["items"]
+        victims = sorted(p["metadata"]["name"] for p in workers if p["spec"].get("nodeName") == nodes[1])
+        keepers = sorted(p["metadata"]["name"] for p in workers if p["spec"].get("nodeName") == nodes[0])
+        assert len(victims) == 2 and len(keepers) == 2
+
+        tainted = time.time()
+        await taint_node(api, nodes[1], SPOT_ITN_TAINT, effect="NoSchedule")
+
+        # When the operator's ConfigMap write (the file's source) is visible in the API.
+        async def cm_updated() -> float | None:
+            cm = await kube.get("v1", "ConfigMap", c.config_map_name(job))
+            script = (cm or {}).get("data", {}).get(c.DISCOVER_HOSTS_KEY, "")
+            return time.time() if script and not any(v in script for v in victims) else None
+
+        cm_seen = await eventually(cm_updated, within=60, interval=0.1, what="the ConfigMap without the victims")
+        nudged = None
+        if nudge:
+            # What a pod-update nudge does: any annotation change makes the kubelet sync the pod and
+            # rewrite its volumes.
+            nudged = time.time()
+            await kube.client.merge_patch(
+                f"/api/v1/namespaces/{kube.ns}/pods/{launcher_name}",
+                {"metadata": {"annotations": {"e2e.mpijob.io/nudge": str(nudged)}}},
+            )
+
+        async def launcher_dropped_victims() -> tuple[float, list[tuple[float, list[str]]]] | None:
+            views = launcher_views(kubectl(tb, "-n", kube.ns, "logs", launcher_name))
+            after = [v for v in views if v[0] > tainted]
+            for at, hosts in after:
+                if not any(v in hosts for v in victims):
+                    return at, views
+            return None
+
+        seen, views = await eventually(
+            launcher_dropped_victims, within=within, interval=1.0, what="the launcher's discovery dropping the victims"
+        )
+        # Every run printed the keepers; before the change all four, after it exactly the keepers: no run
+        # ever printed an empty or partial list.
+        for at, hosts in views:
+            assert sorted(hosts) in (sorted(victims + keepers), keepers), (at, hosts)
+        return {
+            "taint_to_configmap_s": round(cm_seen - tainted, 2),
+            "taint_to_launcher_s": round(seen - tainted, 2),
+            "configmap_to_launcher_s": round(seen - cm_seen, 2),
+            "nudge_to_launcher_s": round(seen - nudged, 2) if nudged else None,
+        }
+    finally:
+        for n in nodes:
+            await delete_node(api, n)
+
+
+async def test_launcher_on_the_real_node_sees_a_tainted_nodes_workers_leave_via_the_configmap_file_alone(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]], rn_api: ApiClient, rn_kube: Kube, rn_operator: OperatorProcess
+) -> None:
+    figures = await _taint_and_watch_launcher(real_testbed[0], rn_api, rn_kube, nudge=False, within=150)
+    record(path="configmap-file", **figures)
+    # The kubelet's periodic pod sync (1 min, jittered up to 1.5 min) is what rewrites the volume.
+    assert figures["configmap_to_launcher_s"] < 120
+
+
+async def test_launcher_sees_the_removal_within_a_second_or_two_when_its_pod_is_nudged(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]], rn_api: ApiClient, rn_kube: Kube, rn_operator: OperatorProcess
+) -> None:
+    figures = await _taint_and_watch_launcher(real_testbed[0], rn_api, rn_kube, nudge=True, within=150)
+    record(path="configmap-file+pod-annotation-nudge", **figures)
+    assert figures["nudge_to_launcher_s"] is not None
+
+
+# -- tear-down -----------------------------------------------------------------------------------------------
+
+
+def test_down_leaves_the_host_as_it_found_it(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> None:
+    tb, before = real_testbed
+    assert cluster.down(tb.state_dir)
+    assert not tb.state_dir.exists()
+    after = hoststate.capture()
+    assert hoststate.differences(before, after) == []
+    assert not processes_named("kubelet", "containerd", realnode.SHIM)
+
+
+def processes_named(*names: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0].decode()
+            except OSError:
+                continue
+            if Path(argv0).name in names:
+                found.append(f"{entry.name} {argv0}")
+    return found
