@@ -13,7 +13,7 @@ out="${1:?usage: build-images.sh <out-dir>}"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/mpijob/images"
 mkdir -p "$out" "$cache"
 self_hash="$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-16)"
-launcher_pkgs="python3-minimal,curl,ca-certificates"
+launcher_pkgs="python3,curl,ca-certificates"
 mirror="${MPIJOB_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
 pack() { # pack <name> <rootfs-dir> <hash> <cmd...>: rootfs -> OCI archive in the cache
@@ -30,6 +30,8 @@ pack() { # pack <name> <rootfs-dir> <hash> <cmd...>: rootfs -> OCI archive in th
   umoci gc --layout "$work/oci"
   tar -C "$work/oci" -cf "$cache/$name-$hash.tar.tmp" .
   mv "$cache/$name-$hash.tar.tmp" "$cache/$name-$hash.tar"
+  # Older builds of this image (other input hashes) are not needed any more.
+  find "$cache" -maxdepth 1 -name "$name-*.tar" ! -name "$name-$hash.tar" -delete
   rm -rf "$work"
 }
 

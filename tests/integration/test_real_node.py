@@ -152,23 +152,29 @@ async def test_pod_on_the_real_node_uses_in_cluster_config_and_kubectl_logs_and_
     tb, kube = real_testbed[0], rn_kube
     ns = kube.ns
     # The pod's own ServiceAccount may list pods in its namespace, nothing else.
-    await kube.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "lister", "namespace": ns}})
-    await kube.create(
+    await kube.client.create(
+        f"/api/v1/namespaces/{ns}/serviceaccounts",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "lister", "namespace": ns}},
+    )
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}"
+    await kube.client.create(
+        f"{rbac}/roles",
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": {"name": "lister", "namespace": ns},
             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}],
-        }
+        },
     )
-    await kube.create(
+    await kube.client.create(
+        f"{rbac}/rolebindings",
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
             "metadata": {"name": "lister", "namespace": ns},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "lister"},
             "subjects": [{"kind": "ServiceAccount", "name": "lister", "namespace": ns}],
-        }
+        },
     )
     # What client libraries do for in-cluster config: env, token and CA from the kubelet's projected mount.
     script = """
@@ -201,7 +207,7 @@ print("server:", host, port)
             ],
         },
     }
-    await kube.create(pod)
+    await kube.client.create(f"/api/v1/namespaces/{ns}/pods", pod)
     await eventually(lambda: _is(kube, "in-cluster", "Running"), within=120, what="pod Running on the real node")
 
     async def printed() -> str | None:
