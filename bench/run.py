@@ -26,6 +26,7 @@ from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import collection_path, object_path
+from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Snapshot
 from mpijob.runtime.controller import Controller
@@ -245,7 +246,7 @@ async def bench_operator(kubeconfig: Path, jobs: int, workers: int, idle: float)
         async def discovery_shrunk() -> bool:
             for i in range(jobs):
                 cm = await kube.get(object_path("v1", "ConfigMap", ns, c.config_map_name(f"job-{i}")))
-                if node_b in json.dumps(cm["data"]) or cm["data"][c.DISCOVER_HOSTS_KEY].count("echo") >= workers:
+                if node_b in json.dumps(cm["data"]) or len(listed_hosts(cm["data"])) >= workers:
                     return False
             return True
 

@@ -53,4 +53,10 @@ class RequeueAfter:
     seconds: float
 
 
-Action = Create | Patch | Delete | Emit | RequeueAfter
+@dataclass(frozen=True)
+class Defer:
+    """Stop here and reconcile the job again later, behind the other queued jobs: the writes before it are
+    urgent (workers leaving discovery), the rest can wait. The next plan recomputes the rest from fresh data."""
+
+
+Action = Create | Patch | Delete | Emit | RequeueAfter | Defer

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from mpijob.api import constants as c
 from mpijob.api.models import MPIJobSpec, NodeTerminationPolicy
+from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.hostfile import host_fqdn
 from mpijob.planner.indexes import new_indexes
 from mpijob.planner.ranking import rank_victims
@@ -113,7 +114,7 @@ def _still_discovered(snapshot: Snapshot, pod_name: str) -> bool:
         return False
     job = snapshot.job["metadata"]
     host = host_fqdn(pod_name, job["name"], job.get("namespace", ""), snapshot.config.cluster_domain)
-    return f"echo {host}:" in (cm.get("data") or {}).get(c.DISCOVER_HOSTS_KEY, "")
+    return host in listed_hosts(cm.get("data") or {})
 
 
 def _is_foreign(snapshot: Snapshot, job_name: str, index: int) -> bool:
