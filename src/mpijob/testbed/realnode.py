@@ -358,7 +358,11 @@ def start(layout: Layout, pki: Pki, server: str, rest: Rest, echo: Echo) -> dict
         if code != 200:
             return False
         conditions = body.get("status", {}).get("conditions") or []
-        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        taints = [t.get("key") for t in body.get("spec", {}).get("taints") or []]
+        # Schedulable too: the node-lifecycle controller removes its not-ready taint a moment after Ready.
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions) and taints == [
+            REAL_NODE_TAINT
+        ]
 
     _wait(ready, 120, f"node {NODE_NAME} to be Ready", layout, "kubelet", pid)
     echo(f"[testbed] real node {NODE_NAME} Ready ({time.monotonic() - t:.1f}s, kubelet log {layout.log('kubelet')})")
