@@ -407,9 +407,8 @@ async def test_launcher_on_the_real_node_stops_listing_a_tainted_nodes_workers_t
     discovery, env, source = PATHS[path]
     figures = await taint_and_watch_launcher(real_testbed[0], rn_api, rn_kube, discovery=discovery, env=env, within=150)
     record(path=path, **figures)
+    # The figure is recorded, not asserted (docs/results.md); what must hold is which source answered.
     assert figures["source"].startswith(source), figures
-    # Bounds, not claims: the periodic resync is 1 min jittered up to 1.5 min.
-    assert figures["taint_to_launcher_s"] < (120 if path == "configmap-volume" else 30)
 
 
 async def test_a_configmap_volume_alone_waits_for_the_kubelets_periodic_resync_and_an_annotation_change_ends_it(
@@ -459,6 +458,7 @@ async def test_a_configmap_volume_alone_waits_for_the_kubelets_periodic_resync_a
         return None
 
     version = 0
+    figures: dict[bool, list[float]] = {False: [], True: []}
     for _ in range(samples):
         for nudge in (False, True):
             version += 1
@@ -478,12 +478,10 @@ async def test_a_configmap_volume_alone_waits_for_the_kubelets_periodic_resync_a
                 interval=0.5,
                 what=f"the file showing {version}",
             )
-            figure = round(seen - start, 2)
-            record(path="kubelet-configmap-volume" + ("+annotation" if nudge else ""), seconds=figure)
-            if nudge:
-                assert figure < 5, figure
-            else:
-                assert figure < 120, figure
+            figures[nudge].append(round(seen - start, 2))
+            record(path="kubelet-configmap-volume" + ("+annotation" if nudge else ""), seconds=figures[nudge][-1])
+    # Relative, not absolute: each annotation-triggered refresh beat every periodic one.
+    assert max(figures[True]) < min(figures[False]), figures
 
 
 # -- tear-down -----------------------------------------------------------------------------------------------
