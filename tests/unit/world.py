@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from mpijob.api import constants as c
-from mpijob.planner.actions import Action, Create, Defer, Delete, Emit, Patch, RequeueAfter
+from mpijob.planner.actions import Action, ConfirmAbsence, Create, Defer, Delete, Emit, Patch, RequeueAfter
 from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Obj, OperatorConfig, Snapshot, format_time
@@ -84,6 +84,8 @@ class World:
     applied: list[Action] = field(default_factory=list)
     # Called with every snapshot and the plan made from it (property tests check invariants here).
     observer: Callable[[Snapshot, list[Action]], None] | None = None
+    # Live reads answered (ConfirmAbsence).
+    reads: int = 0
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
     _uid: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _place: int = 0
@@ -192,24 +194,36 @@ class World:
         )
 
     def reconcile(self, job_name: str) -> list[Action]:
-        """One reconcile: plan on a fresh snapshot and apply (stopping at the first failure). A plan that
-        defers (urgent discovery write first) is followed at once by the next one, as the controller requeues
-        it; the actions of both are returned."""
+        """One reconcile: plan on a fresh snapshot and apply (stopping at the first failure). A plan that asks
+        for live reads (ConfirmAbsence) is answered from the world and planned again, as the controller does. A
+        plan that defers (urgent discovery write first) is followed at once by the next one, as the controller
+        requeues it; the actions of both are returned."""
         done: list[Action] = []
-        for _ in range(3):
+        checks: dict[tuple[str, str], bool] = {}
+        asked = 0
+        for _ in range(6):
             if self.get("MPIJob", job_name) is None:
                 return done
-            snapshot = self.snapshot(job_name)
+            snapshot = replace(self.snapshot(job_name), absence_checks=dict(checks))
             actions = plan(snapshot)
             if self.observer is not None:
                 self.observer(snapshot, actions)
             self.plans.append(actions)
+            asks = [a for a in actions if isinstance(a, ConfirmAbsence)]
+            if asks and asked < 3:
+                asked += 1
+                assert len(asks) == len(actions), "a plan that asks for live reads writes nothing"
+                self.reads += len(asks)
+                for a in asks:
+                    present = a.name in self.nodes if a.kind == "Node" else self.get(a.kind, a.name) is not None
+                    checks[(a.kind, a.name)] = not present
+                continue
             failed = self.apply(actions)
             deferred = [i for i, a in enumerate(actions) if isinstance(a, Defer)]
             if failed is not None or not deferred:
                 return done + actions
             done += actions[: deferred[0]]
-        raise AssertionError(f"plans keep deferring: {self.plans[-3:]}")
+        raise AssertionError(f"plans keep asking or deferring: {self.plans[-3:]}")
 
     def settle(self, job_name: str, *, max_rounds: int = 60, kubelet: bool = True, follow_requeue: bool = True) -> int:
         """Reconciles until a plan writes nothing. With `kubelet`, pending pods are scheduled and started and
@@ -244,7 +258,7 @@ class World:
             skip_event = False
             if isinstance(action, Defer):
                 return None  # the executor stops here; the job is reconciled again
-            if isinstance(action, RequeueAfter):
+            if isinstance(action, RequeueAfter | ConfirmAbsence):
                 continue
             try:
                 if isinstance(action, Create):
