@@ -111,7 +111,7 @@ async def rn_kube(rn_api: ApiClient, request: pytest.FixtureRequest) -> AsyncIte
     await v1.delete_namespace(name)
 
 
-def kubectl(tb: cluster.Testbed, *args: str, timeout: float = 60) -> str:
+def kubectl(tb: cluster.Testbed, *args: str, timeout: float = 60, input_text: str | None = None) -> str:
     binary = resolve_bin_dir(None) / "kubectl"
     if not binary.exists():
         binary = Path(shutil.which("kubectl") or "kubectl")
@@ -121,6 +121,7 @@ def kubectl(tb: cluster.Testbed, *args: str, timeout: float = 60) -> str:
         text=True,
         timeout=timeout,
         check=False,
+        input=input_text,
     )
     assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
     return out.stdout
@@ -507,3 +508,43 @@ def processes_named(*names: str) -> list[str]:
             if Path(argv0).name in names:
                 found.append(f"{entry.name} {argv0}")
     return found
+
+
+def test_down_after_the_kubelet_and_containerd_were_killed_still_leaves_the_host_as_found(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+) -> None:
+    """A crashed node (SIGKILL, containers still running under orphaned shims, pod mounts and netns left):
+    `down` still finds and undoes everything. Runs after the module's testbed is down (one real node per host)."""
+    if real_testbed[0].state_dir.exists():  # run alone (-k): the module's node must go first
+        cluster.down(real_testbed[0].state_dir)
+    state_dir = Path(tempfile.mkdtemp(prefix="mpijob-rn-"))
+    before = hoststate.capture()
+    tb = cluster.up(nodes=1, state_dir=state_dir, real_node=True)
+    try:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "orphan", "namespace": "default"},
+            "spec": {
+                **ON_REAL_NODE,
+                "volumes": [{"name": "m", "emptyDir": {"medium": "Memory"}}],
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": realnode.LAUNCHER_IMAGE,
+                        "imagePullPolicy": "Never",
+                        "command": ["sleep", "3600"],
+                        "volumeMounts": [{"name": "m", "mountPath": "/m"}],
+                    }
+                ],
+            },
+        }
+        kubectl(tb, "create", "-f", "-", input_text=json.dumps(pod))
+        kubectl(tb, "wait", "--for=condition=Ready", "pod/orphan", "--timeout=120s", timeout=130)
+        for component in ("kubelet", "containerd"):
+            os.kill(int((state_dir / f"{component}.pid").read_text()), 9)
+        assert processes_named(realnode.SHIM), "the pod's shim outlives containerd"
+    finally:
+        assert cluster.down(state_dir)
+    assert hoststate.differences(before, hoststate.capture()) == []
+    assert not processes_named("kubelet", "containerd", realnode.SHIM)

@@ -168,16 +168,13 @@ def _stop_all(layout: Layout, bin_dir: Path, echo: Echo) -> int:
     """Stop every component, newest first; returns how many were running. Processes whose pid file is
     gone are still found through their command line, which always names the state directory."""
     stopped = 0
+    left: list[str] = []
     if realnode.has_node(layout):
         # The node goes first, while the API server can still tell its kubelet to tear pods down.
         rest = _admin_rest(layout, _state_ports(state)) if (state := _load_state(layout)) else None
         left = realnode.stop(layout, rest, echo)
-        if left:
-            raise TestbedError(
-                "the real node's host changes were not all undone (state kept; run `down` again):\n  "
-                + "\n  ".join(left)
-            )
-        realnode.node_layout(layout).before.unlink()
+        if not left:
+            realnode.node_layout(layout).before.unlink()
     for component in reversed(COMPONENTS):
         pid = processes.read_pid(layout.pid(component))
         if pid is None:
@@ -190,6 +187,11 @@ def _stop_all(layout: Layout, bin_dir: Path, echo: Echo) -> int:
         if processes.stop_group(pid, binary):
             _say(echo, f"stopped stray {binary.name} (pid {pid})")
             stopped += 1
+    if left:
+        # Everything is stopped; the record stays so that `down` (or `up`) can try again.
+        raise TestbedError(
+            "the real node's host changes were not all undone (state kept; run `down` again):\n  " + "\n  ".join(left)
+        )
     return stopped
 
 

@@ -102,18 +102,25 @@ def iptables() -> dict[str, dict[str, list[str]] | None]:
 
 
 def cgroups() -> list[str]:
-    """Every cgroup directory two levels deep under each v1 controller (and cgroup2), as paths."""
+    """The top-level cgroup directories of each v1 controller (and cgroup2), and everything under the
+    kubelet's `kubepods`. Deeper levels elsewhere belong to whoever else runs on the host and come and go."""
     found: list[str] = []
     if not _CGROUP_ROOT.is_dir():
         return found
     for controller in sorted(_CGROUP_ROOT.iterdir()):
         if not controller.is_dir() or controller.is_symlink():
             continue
-        for child in sorted(p for p in controller.iterdir() if p.is_dir()):
-            found.append(str(child))
-            with contextlib.suppress(OSError):
-                found += [str(g) for g in sorted(child.iterdir()) if g.is_dir()]
+        with contextlib.suppress(OSError):
+            for child in sorted(p for p in controller.iterdir() if p.is_dir()):
+                found.append(str(child))
+                if child.name in _OWN_CGROUP:
+                    found += sorted(str(p) for p in child.rglob("*") if p.is_dir())
     return found
+
+
+def _recorded_cgroup(path: str) -> bool:
+    parts = Path(path).relative_to(_CGROUP_ROOT).parts
+    return len(parts) == 2 or (len(parts) > 2 and parts[1] in _OWN_CGROUP)
 
 
 def paths() -> dict[str, bool]:
@@ -135,8 +142,11 @@ def differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """Human-readable list of what differs; empty when the host is as it was."""
     out = []
     for key in ("mounts", "links", "cgroups"):
-        added = sorted(set(after[key]) - set(before[key]))
-        removed = sorted(set(before[key]) - set(after[key]))
+        was, now = set(before[key]), set(after[key])
+        if key == "cgroups":  # records made with deeper levels compare on what cgroups() records now
+            was, now = {x for x in was if _recorded_cgroup(x)}, {x for x in now if _recorded_cgroup(x)}
+        added = sorted(now - was)
+        removed = sorted(was - now)
         out += [f"{key}: added {x}" for x in added] + [f"{key}: removed {x}" for x in removed]
     for family in ("ipv4", "ipv6"):
         b, a = before["iptables"].get(family) or {}, after["iptables"].get(family) or {}
