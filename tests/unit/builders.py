@@ -442,6 +442,7 @@ def snap(
     role_binding_obj: Obj | None = None,
     now: datetime = NOW,
     config: OperatorConfig | None = None,
+    pod_group: Obj | None = None,
     checks: Mapping[tuple[str, str], bool] | None = None,
 ) -> Snapshot:
     """A snapshot: `pods` are the job's own pods, `foreign` pods of the namespace the job does not own.
@@ -469,6 +470,7 @@ def snap(
         role=role_obj,
         role_binding=role_binding_obj,
         nodes=dict(node_map),
+        pod_group=pod_group,
         config=config or OperatorConfig(),
         absence_checks=dict(checks) if checks is not None else _truth(job, all_pods, node_map),
     )

@@ -190,6 +190,7 @@ class World:
             role=copy.deepcopy(self.get("Role", c.discovery_rbac_name(job_name))),
             role_binding=copy.deepcopy(self.get("RoleBinding", c.discovery_rbac_name(job_name))),
             nodes=copy.deepcopy(self.nodes),
+            pod_group=copy.deepcopy(self.get("PodGroup", job_name)),
             config=self.config,
         )
 

@@ -57,6 +57,12 @@ def register(subparsers: Any) -> None:
     )
     op.add_argument("--leader-elect", action="store_true", help="hold a Lease before reconciling")
     op.add_argument("--lock-namespace", default=os.environ.get("MPIJOB_LOCK_NAMESPACE", "mpijob-system"))
+    op.add_argument(
+        "--gang-scheduling",
+        default=os.environ.get("MPIJOB_GANG_SCHEDULING", ""),
+        help="gang scheduler, as the reference's flag: 'volcano', or the schedulerName of a scheduler-plugins "
+        "scheduler with coscheduling (e.g. scheduler-plugins-scheduler); default: off",
+    )
     op.add_argument("--health-port", type=int, default=0, help="serve /healthz on this port (0: off)")
     op.add_argument(
         "--resync-period",
@@ -91,6 +97,7 @@ def _operator(args: argparse.Namespace) -> int:
             leader_elect=args.leader_elect,
             lock_namespace=args.lock_namespace,
             health_port=args.health_port,
+            gang_scheduler=args.gang_scheduling.strip(),
             resync_period=args.resync_period,
         )
     )

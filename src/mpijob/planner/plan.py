@@ -23,7 +23,7 @@ from mpijob.api.models import (
     LauncherCreationPolicy,
     MPIJobSpec,
 )
-from mpijob.planner import children, discovery
+from mpijob.planner import children, discovery, podgroups
 from mpijob.planner import status as st
 from mpijob.planner.actions import Action, ConfirmAbsence, Create, Defer, Delete, Emit, Patch, RequeueAfter
 from mpijob.planner.hostfile import discover_hosts_script, hostfile
@@ -266,6 +266,7 @@ class _Planner:
             )
         self.ensure_secret()
         self.ensure_pdb()
+        self.ensure_pod_group(wanted=not suspended)
         # 4. Delete, then 5. create: after the status write, so that the status (discoveredHosts,
         #    leavingWorkers, lastWorkerIndex) records the decision before any pod goes away.
         start = len(self.actions)
@@ -279,7 +280,9 @@ class _Planner:
         # events) more.
         wp.to_create = wp.to_create[: create_budget(len(self.workers))]
         for index in wp.to_create:
-            self.create(children.worker_pod(self.job, spec, index, self.s.config.cluster_domain))
+            pod = children.worker_pod(self.job, spec, index, self.s.config.cluster_domain)
+            podgroups.decorate(pod["metadata"], pod["spec"], self.name, self.s.config.gang_scheduler)
+            self.create(pod)
         self.last += self.actions[start:]
         del self.actions[start:]
         if wp.to_create:
@@ -472,6 +475,19 @@ class _Planner:
                 Patch("policy/v1", "PodDisruptionBudget", name, {"spec": {"minAvailable": ep.min_replicas}})
             )
 
+    def ensure_pod_group(self, *, wanted: bool) -> None:
+        """The gang scheduler's PodGroup: there while the job runs, gone when suspended or finished."""
+        actions, conflict = podgroups.plan_pod_group(
+            self.job, self.spec, self.s.pod_group, self.s.config.gang_scheduler, wanted=wanted
+        )
+        if conflict:
+            self.conflicts.append(f"PodGroup {self.name}")
+        for action in actions:
+            if isinstance(action, Create):
+                self.create(action.obj)
+            else:
+                self.actions.append(action)
+
     def ensure_launcher(self, wp: WorkerPlan, account: str | None) -> None:
         spec = self.spec
         name = c.launcher_name(self.name)
@@ -486,7 +502,10 @@ class _Planner:
             if spec.launcher_creation_policy is LauncherCreationPolicy.AT_STARTUP or (ready and not wp.to_create):
                 # After the workers (which follow the status write), as the reference creates them.
                 start = len(self.actions)
-                self.create(children.launcher_job(self.job, spec, discovery_account=account))
+                launcher = children.launcher_job(self.job, spec, discovery_account=account)
+                tmpl = launcher["spec"]["template"]
+                podgroups.decorate(tmpl["metadata"], tmpl["spec"], self.name, self.s.config.gang_scheduler)
+                self.create(launcher)
                 self.last += self.actions[start:]
                 del self.actions[start:]
             return
@@ -522,6 +541,9 @@ class _Planner:
             for k, v in (cur_meta.get("labels") or {}).items()
             if k in default or k == c.LABEL_REPLICA_INDEX or k in selector
         }
+        gang = self.s.config.gang_scheduler
+        keep_labels.update(podgroups.group_labels(self.name, gang))
+        want["annotations"] = {**(want["annotations"] or {}), **podgroups.group_annotations(self.name, gang)}
         return {
             "spec": {
                 "suspend": False,
@@ -673,6 +695,7 @@ class _Planner:
         if not self.status.get("completionTime"):
             self.status["completionTime"] = self.now
         self.status.setdefault("replicaStatuses", {})["Launcher"] = self.launcher_status()
+        self.ensure_pod_group(wanted=False)
         policy = self.spec.run_policy.clean_pod_policy or CleanPodPolicy.NONE
         for pod in self.workers:
             if is_terminating(pod):

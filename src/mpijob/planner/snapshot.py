@@ -29,6 +29,9 @@ class OperatorConfig:
     # Elastic launchers read their host list from the API (per-job ServiceAccount, Role, RoleBinding);
     # off: from the projected files only, and no RBAC objects are made.
     api_discovery: bool = True
+    # Gang scheduler (the --gang-scheduling flag): "" off, "volcano", or the schedulerName of a
+    # scheduler-plugins scheduler running coscheduling. See planner/podgroups.py.
+    gang_scheduler: str = ""
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class Snapshot:
     role_binding: Obj | None = None
     # Nodes by name. A node a worker is bound to that is missing here has been deleted.
     nodes: Mapping[str, Obj] = field(default_factory=dict)
+    # The PodGroup named like the job (owned or not), when gang scheduling is on.
+    pod_group: Obj | None = None
     config: OperatorConfig = field(default_factory=OperatorConfig)
     # Live reads of objects missing from the cache, by (kind, name): True = the API server said 404 (really
     # gone), False = it exists (the cache is behind). Absence from the cache alone decides nothing.

@@ -82,17 +82,19 @@ class Cache:
         "nodes",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, extra: tuple[str, ...] = ()) -> None:
         self.indexes: dict[str, Any] = {}
+        # Optional indexes (e.g. "podgroups", only with --gang-scheduling: their CRD may not exist).
+        self.required = self.INDEXES + extra
 
     @property
     def ready(self) -> bool:
-        return len(self.indexes) == len(self.INDEXES)
+        return len(self.indexes) == len(self.required)
 
     def capture(self, kwargs: Mapping[str, Any]) -> None:
         """kopf hands the (live) indexes to every handler; keep references to them."""
         if not self.ready:
-            for name in self.INDEXES:
+            for name in self.required:
                 if name in kwargs:
                     self.indexes[name] = kwargs[name]
 
@@ -141,5 +143,6 @@ class Cache:
             role=_one(self.indexes["roles"], (ns, c.discovery_rbac_name(name))),
             role_binding=_one(self.indexes["rolebindings"], (ns, c.discovery_rbac_name(name))),
             nodes=_Nodes(self.indexes["nodes"]),
+            pod_group=_one(self.indexes.get("podgroups"), (ns, name)),
             config=config,
         )

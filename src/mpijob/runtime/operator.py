@@ -22,7 +22,8 @@ from kubernetes_asyncio import config as k8s_config
 
 from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
 from mpijob.executor.apply import Executor
-from mpijob.executor.client import Client
+from mpijob.executor.client import ApiError, Client
+from mpijob.planner import podgroups
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import resync
 from mpijob.runtime.controller import Controller
@@ -46,6 +47,8 @@ class OperatorOptions:
     leader_elect: bool = False
     lock_namespace: str = "mpijob-system"
     health_port: int = 0
+    # --gang-scheduling: "" off, "volcano", or the schedulerName of a scheduler-plugins (coscheduling) scheduler.
+    gang_scheduler: str = ""
     # Seconds between relists of the cached kinds (jittered); watch gaps close within this.
     resync_period: float = resync.PERIOD
 
@@ -112,7 +115,10 @@ async def run(
     started: Callable[[Controller], None] | None = None,
 ) -> Controller:
     api = await load_api_client(options.kubeconfig)
-    executor = Executor(Client(api, qps=options.qps, burst=options.burst))
+    kube = Client(api, qps=options.qps, burst=options.burst)
+    if options.gang_scheduler:
+        await _check_pod_group_crd(kube, options.gang_scheduler)
+    executor = Executor(kube)
     controller = Controller(
         executor,
         OperatorConfig(
@@ -120,6 +126,7 @@ async def run(
             termination_taints=options.termination_taints,
             cordon_is_termination=options.cordon_is_termination,
             api_discovery=options.api_discovery,
+            gang_scheduler=options.gang_scheduler,
         ),
         workers=options.workers,
     )
@@ -181,6 +188,23 @@ async def run(
         controller.queue.shutdown()
         await api.close()
     return controller
+
+
+async def _check_pod_group_crd(kube: Client, gang_scheduler: str) -> None:
+    """With gang scheduling on, the PodGroup kind must be served: otherwise the cache would never fill and
+    no job would be reconciled. Say so and stop, rather than run without the gangs the flag asked for."""
+    version = podgroups.api_version(gang_scheduler)
+    try:
+        found = await kube.get(f"/apis/{version}")
+    except ApiError as err:
+        if err.status != 404:
+            raise
+        found = {}
+    if not any(r.get("name") == "podgroups" for r in found.get("resources") or []):
+        raise SystemExit(
+            f"--gang-scheduling={gang_scheduler}: the API server does not serve {version} podgroups; "
+            "install the gang scheduler's PodGroup CRD (see docs/scheduling.md) or drop the flag"
+        )
 
 
 async def _resync(controller: Controller, client: Client, options: OperatorOptions) -> None:

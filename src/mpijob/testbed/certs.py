@@ -235,3 +235,12 @@ def issue_leaf(
     _write_cert(crt, cert)
     _write_private(pem, key)
     return crt, pem
+
+
+def self_signed() -> tuple[bytes, bytes]:
+    """A fresh self-signed certificate and its key (PEM), for a component that insists on reading one."""
+    cert, key = _new_ca()
+    return (
+        cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+    )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpijob.testbed import processes, realnode
+from mpijob.testbed import extras, processes, realnode
 from mpijob.testbed.build import ensure_binaries
 from mpijob.testbed.certs import Pki, create_pki
 from mpijob.testbed.components import (
@@ -175,6 +175,8 @@ def _stop_all(layout: Layout, bin_dir: Path, echo: Echo) -> int:
         left = realnode.stop(layout, rest, echo)
         if not left:
             realnode.node_layout(layout).before.unlink()
+    # The extras depend on the control plane: stopped before it.
+    stopped += extras.stop(layout, echo=echo)
     for component in reversed(COMPONENTS):
         pid = processes.read_pid(layout.pid(component))
         if pid is None:
@@ -372,6 +374,7 @@ def up(
     bin_dir: str | os.PathLike[str] | None = None,
     *,
     echo: Echo = print,
+    with_: tuple[str, ...] = (),
     real_node: bool = False,
 ) -> Testbed:
     """Start a testbed with `nodes` fake nodes, or make sure the one already running has them.
@@ -385,6 +388,7 @@ def up(
     """
     if nodes < 0:
         raise TestbedError("--nodes must be 0 or more")
+    with_ = extras.parse_with(with_)
     layout = Layout(resolve_state_dir(state_dir))
     _prepare_dir(layout)
     with _locked(layout):
@@ -398,6 +402,7 @@ def up(
                     raise TestbedError(f"the testbed at {layout.root} runs without a real node; `down` it first")
                 _say(echo, f"already running at {layout.root} (API server {apiserver_url(ports)})")
                 names = ensure_nodes(_admin_rest(layout, ports), nodes, layout, echo)
+                extras.ensure(layout, _admin_rest(layout, ports), with_, echo=echo)
                 return Testbed(layout.root, layout.kubeconfig, apiserver_url(ports), ports, names, False)
         leftovers = any(layout.pid(c).exists() for c in COMPONENTS) or bool(_stragglers(layout))
         leftovers = leftovers or realnode.has_node(layout)
@@ -405,10 +410,12 @@ def up(
             _say(echo, f"found a stopped or broken testbed in {layout.root}; cleaning it up")
             _stop_all(layout, _state_bin_dir(state), echo)
             _wipe(layout)
-        return _start_fresh(layout, resolve_bin_dir(bin_dir), nodes, echo, real_node)
+        return _start_fresh(layout, resolve_bin_dir(bin_dir), nodes, echo, with_, real_node)
 
 
-def _start_fresh(layout: Layout, bin_dir: Path, nodes: int, echo: Echo, real_node: bool) -> Testbed:
+def _start_fresh(
+    layout: Layout, bin_dir: Path, nodes: int, echo: Echo, with_: tuple[str, ...] = (), real_node: bool = False
+) -> Testbed:
     ensure_binaries(bin_dir, echo=echo)
     node = realnode.prepare(layout, echo) if real_node else None
     started = time.monotonic()
@@ -467,6 +474,7 @@ def _start_fresh(layout: Layout, bin_dir: Path, nodes: int, echo: Echo, real_nod
         rest = _admin_rest(layout, ports)
         _wait_default_service_account(rest, layout)
         names = ensure_nodes(rest, nodes, layout, echo)
+        extras.ensure(layout, rest, with_, echo=echo)
         if node is not None:
             state["real_node"] = realnode.start(layout, pki, server, rest, echo)
             layout.state_file.write_text(json.dumps(state, indent=2) + "\n")
@@ -478,6 +486,18 @@ def _start_fresh(layout: Layout, bin_dir: Path, nodes: int, echo: Echo, real_nod
         raise
     _say(echo, f"up in {time.monotonic() - started:.1f}s; kubeconfig: {layout.kubeconfig}")
     return Testbed(layout.root, layout.kubeconfig, server, ports, names, True)
+
+
+def start_extras(
+    names: tuple[str, ...] | str, state_dir: str | os.PathLike[str] | None = None, *, echo: Echo = print
+) -> None:
+    """Start opt-in scheduling components (`mpijob testbed up --with`) on the running testbed at `state_dir`."""
+    layout = Layout(resolve_state_dir(state_dir))
+    with _locked(layout):
+        state = _load_state(layout)
+        if state is None:
+            raise TestbedError(f"no testbed at {layout.root}; run `mpijob testbed up` first")
+        extras.ensure(layout, _admin_rest(layout, _state_ports(state)), extras.parse_with(names), echo=echo)
 
 
 def down(state_dir: str | os.PathLike[str] | None = None, *, echo: Echo = print) -> bool:
