@@ -63,6 +63,9 @@ def test_cache_view_of_a_job_leaves_out_pods_of_other_namespaces() -> None:
         "services": {},
         "configmaps": {},
         "pdbs": {},
+        "serviceaccounts": {},
+        "roles": {},
+        "rolebindings": {},
         "nodes": {},
     }
 

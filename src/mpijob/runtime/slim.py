@@ -83,10 +83,11 @@ def batch_job(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def owned_object(body: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    """Services, ConfigMaps, PDBs, PodGroups: the contents only for ours. (Secrets are not watched at all.)"""
+    """Services, ConfigMaps, PDBs, ServiceAccounts, Roles, RoleBindings, PodGroups: the contents only for
+    ours. (Secrets are not watched at all.)"""
     out: dict[str, Any] = {"metadata": _meta(body)}
     if _ours(body) and kind != "Secret":
-        for key in ("spec", "data"):
+        for key in ("spec", "data", "rules", "subjects", "roleRef"):
             if key in body:
                 out[key] = body[key]
     return out
