@@ -8,7 +8,6 @@ stop and let the reconcile run again on fresh data.
 
 from __future__ import annotations
 
-import copy
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -92,9 +91,9 @@ class Executor:
         return outcome
 
     async def _create(self, namespace: str, action: Create) -> bool:
-        obj = copy.deepcopy(action.obj)
+        obj = action.obj
         if action.generate_ssh_keys:
-            obj["data"] = ssh_key_pair()
+            obj = {**obj, "data": ssh_key_pair()}  # a shallow copy: the action itself stays as planned
         try:
             await self.client.create(collection_path(obj["apiVersion"], obj["kind"], namespace), obj)
         except ApiError as err:
@@ -104,12 +103,13 @@ class Executor:
         return True
 
     async def _patch(self, namespace: str, action: Patch, job_rv: Any) -> Any:
-        patch = copy.deepcopy(action.patch)
+        patch = action.patch
         rv = action.resource_version
         if rv is not None:
             if job_rv is not None:
                 rv = job_rv
-            patch.setdefault("metadata", {})["resourceVersion"] = rv
+            # Copies of the two levels we change; the action itself stays as planned.
+            patch = {**patch, "metadata": {**(patch.get("metadata") or {}), "resourceVersion": rv}}
         path = object_path(action.api_version, action.kind, namespace, action.name, action.subresource)
         return await self.client.merge_patch(path, patch)
 

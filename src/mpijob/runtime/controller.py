@@ -70,8 +70,17 @@ def _rv(obj: Any) -> int:
         return 0
 
 
+def _fingerprint(view: dict[str, Any]) -> int:
+    """A small stand-in for what the planner reads of an object, resourceVersion aside (it changes on every
+    write, relevant or not). A hash, not a copy: one int per pod and node, whatever the object's size."""
+    meta = {k: v for k, v in (view.get("metadata") or {}).items() if k != "resourceVersion"}
+    return hash(repr({**view, "metadata": meta}))
+
+
 @dataclass
 class Stats:
+    events: int = 0
+    events_ignored: int = 0
     reconciles: int = 0
     writes: int = 0
     errors: int = 0
@@ -102,14 +111,29 @@ class Controller:
         self.written: dict[Key, int] = {}
         self.expected_pods: dict[Key, tuple[set[str], float]] = {}
         self.leading = asyncio.Event()
+        # Per handler: (namespace, name) -> fingerprint of what the planner last saw of the object.
+        self.fingerprints: dict[str, dict[tuple[Any, Any], int]] = {}
+
+    def stats_line(self) -> str:
+        s = self.stats
+        requests = getattr(self.executor.client, "requests", 0)
+        return (
+            f"reconciles={s.reconciles} writes={s.writes} errors={s.errors} conflicts={s.conflicts} "
+            f"requests={requests} reconcile_seconds={s.reconcile_seconds:.3f}"
+        )
 
     # -- watch side --------------------------------------------------------------------------------
     def register(self, registry: kopf.OperatorRegistry) -> None:
         cache = self.cache
 
+        # Every indexer and handler is a coroutine: kopf runs plain functions in a thread pool, and the
+        # hand-off (submit, future, wake-up) cost more than the functions themselves (docs/design.md).
         def index(*resource: str, fn: Callable[..., Any], name: str) -> None:
-            fn.__name__ = name
-            kopf.index(*resource, id=name, registry=registry)(fn)
+            async def indexer(**kwargs: Any) -> Any:
+                return fn(**kwargs)
+
+            indexer.__name__ = name
+            kopf.index(*resource, id=name, registry=registry)(indexer)
 
         index(
             GROUP,
@@ -150,11 +174,32 @@ class Controller:
             )
         index("v1", "nodes", name="nodes", fn=lambda name, body, **_: {name: slim.node(body)})
 
-        def on_event(resource: tuple[str, ...], mapper: Callable[..., list[Key]], hid: str) -> None:
-            def handler(**kwargs: Any) -> None:
+        def on_event(
+            resource: tuple[str, ...],
+            mapper: Callable[..., list[Key]],
+            hid: str,
+            view: Callable[[Any], Any] | None = None,
+        ) -> None:
+            """`view`, when given, is what the planner reads of the object: an event that leaves it as it
+            was (a node heartbeat, a pod status write that changes nothing we read) enqueues nothing."""
+            seen = self.fingerprints.setdefault(hid, {})
+
+            async def handler(**kwargs: Any) -> None:
                 cache.capture(kwargs)
                 if cache.ready and not self.warm.is_set():
                     self.warm.set()
+                self.stats.events += 1
+                if view is not None:
+                    meta = kwargs["body"].get("metadata") or {}
+                    ident = (meta.get("namespace"), meta.get("name"))
+                    if kwargs.get("type") == "DELETED":
+                        seen.pop(ident, None)
+                    else:
+                        fingerprint = _fingerprint(view(kwargs["body"]))
+                        if seen.get(ident) == fingerprint:
+                            self.stats.events_ignored += 1
+                            return
+                        seen[ident] = fingerprint
                 for key in mapper(**kwargs):
                     self.queue.add(key)
 
@@ -170,8 +215,9 @@ class Controller:
         def node_keys(name: str, **_: Any) -> list[Key]:
             return cache.jobs_on_node(name) if cache.ready else []
 
+        # Every MPIJob event counts (its resourceVersion is how we know our own writes reached the cache).
         on_event((GROUP, VERSION, PLURAL), job_key, "mpijob_events")
-        on_event(("v1", "pods"), child_keys, "pod_events")
+        on_event(("v1", "pods"), child_keys, "pod_events", view=slim.pod)
         on_event(("batch", "v1", "jobs"), child_keys, "job_events")
 
         def service_keys(namespace: str, name: str, labels: Any, meta: Any, **_: Any) -> list[Key]:
@@ -182,7 +228,7 @@ class Controller:
         on_event(("v1", "configmaps"), child_keys, "configmap_events")
         on_event(("v1", "secrets"), child_keys, "secret_events")
         on_event(("policy", "v1", "poddisruptionbudgets"), child_keys, "pdb_events")
-        on_event(("v1", "nodes"), node_keys, "node_events")
+        on_event(("v1", "nodes"), node_keys, "node_events", view=slim.node)
 
     # -- work side ---------------------------------------------------------------------------------
     def _pods_seen(self, key: Key) -> bool:

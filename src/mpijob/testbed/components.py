@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,15 @@ def health_url(component: str, ports: Ports) -> str:
     }[component]
 
 
+def _audit_flags(layout: Layout) -> list[str]:
+    """Opt-in audit log (bench/compare.py counts each operator's API requests with it): the policy file
+    named by MPIJOB_TESTBED_AUDIT_POLICY, the log in the state directory. Off by default: it costs CPU."""
+    policy = os.environ.get("MPIJOB_TESTBED_AUDIT_POLICY")
+    if not policy:
+        return []
+    return [f"--audit-policy-file={policy}", f"--audit-log-path={layout.root / 'audit.log'}", "--audit-log-maxsize=0"]
+
+
 def command(component: str, *, bin_dir: Path, layout: Layout, pki: Pki, ports: Ports) -> list[str]:
     """argv of `component`; argv[0] is the absolute binary path, which is how its process is recognised."""
     binary = str(bin_dir / component)
@@ -135,6 +145,7 @@ def command(component: str, *, bin_dir: Path, layout: Layout, pki: Pki, ports: P
             f"--service-account-key-file={pki.sa_pub}",
             f"--service-account-signing-key-file={pki.sa_key}",
             "--profiling=false",
+            *_audit_flags(layout),
         ]
     if component == "kube-controller-manager":
         kubeconfig = layout.component_kubeconfig(component)
