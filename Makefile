@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration testbed bench crd clean
+.PHONY: demo test lint unit integration testbed bench compare crd clean
 
 $(STAMP): pyproject.toml
 	@echo "[setup] creating $(VENV) and installing mpijob with its dev tools"
@@ -37,6 +37,10 @@ test: $(STAMP) testbed lint
 
 bench: $(STAMP) testbed
 	$(BIN)/python bench/run.py
+
+# Side by side with the reference operator (built from its Go module into .cache/reference).
+compare: $(STAMP) testbed
+	$(BIN)/python bench/compare.py
 
 crd: $(STAMP)
 	$(BIN)/mpijob crd > deploy/crd/kubeflow.org_mpijobs.yaml

@@ -201,15 +201,16 @@ def audit_since(path: Path, offset: int) -> tuple[AuditCount, int]:
 
 # -- watching what the user sees ----------------------------------------------------------------------
 class View:
-    """The benchmark's own watches on pods and ConfigMaps of the namespace: what each worker is, and what
-    each job's discover_hosts.sh lists, with the time each changed."""
+    """The benchmark's own watches on pods and ConfigMaps of the namespace: which pods run, and what each
+    job's discover_hosts.sh lists. resourceVersions (etcd's global revision) order a pod's deletion against
+    the ConfigMap versions exactly, whichever of the two watch streams delivers first."""
 
     def __init__(self) -> None:
         self.pods: dict[str, tuple[str, bool]] = {}  # name -> (phase, terminating)
         self.running = 0
-        self.listed: dict[str, set[str]] = {}  # job -> worker names in discover_hosts.sh
-        self.terminated_at: dict[str, float] = {}  # pod -> first time seen terminating or gone
-        self.listed_at_termination: set[str] = set()
+        self.listed: dict[str, set[str]] = {}  # job -> worker names in discover_hosts.sh now
+        self.history: dict[str, list[tuple[int, set[str]]]] = {}  # job -> (resourceVersion, listed) versions
+        self.terminated: dict[str, tuple[int, str]] = {}  # pod -> (resourceVersion first seen terminating, job)
         self.changed = asyncio.Event()
 
     def on_pod(self, kind: str, obj: dict[str, Any]) -> None:
@@ -226,20 +227,31 @@ class View:
             self.pods[name] = (phase, terminating)
             if phase == "Running" and not terminating:
                 self.running += 1
-        if terminating and name not in self.terminated_at:
-            self.terminated_at[name] = time.monotonic()
+        if terminating and name not in self.terminated:
             job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME, "")
-            if name in self.listed.get(job, set()):
-                self.listed_at_termination.add(name)
+            self.terminated[name] = (int(meta["resourceVersion"]), job)
         self.changed.set()
 
     def on_config_map(self, kind: str, obj: dict[str, Any]) -> None:
-        name = obj["metadata"]["name"]
-        if not name.endswith("-config"):
+        meta = obj["metadata"]
+        if not meta["name"].endswith("-config"):
             return
+        job = meta["name"].removesuffix("-config")
         script = (obj.get("data") or {}).get(c.DISCOVER_HOSTS_KEY, "")
-        self.listed[name.removesuffix("-config")] = set(_WORKER.findall(script)) if kind != "DELETED" else set()
+        listed = set(_WORKER.findall(script)) if kind != "DELETED" else set()
+        self.listed[job] = listed
+        self.history.setdefault(job, []).append((int(meta["resourceVersion"]), listed))
         self.changed.set()
+
+    def listed_when_terminated(self, pods: set[str]) -> set[str]:
+        """Those of `pods` that the job's discover_hosts.sh still listed when their deletion was written."""
+        out = set()
+        for pod in pods & set(self.terminated):
+            rv, job = self.terminated[pod]
+            versions = [listed for cm_rv, listed in self.history.get(job, []) if cm_rv < rv]
+            if versions and pod in versions[-1]:
+                out.add(pod)
+        return out
 
     async def until(self, check: Callable[[], bool], limit: float, what: str) -> float:
         start = time.monotonic()
@@ -380,8 +392,9 @@ async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Name
         delays = [shown[n] - patched[n] for n in names]
         out["scale_in_discovery_s_median"] = statistics.median(delays)
         out["scale_in_discovery_s_max"] = max(delays)
-        out["scale_in_victims"] = jobs * (workers - kept)
-        out["victims_terminated_while_listed"] = len(view.listed_at_termination)
+        victims = {f"{n}-worker-{i}" for n in names for i in range(kept, workers)}
+        out["scale_in_victims"] = len(victims)
+        out["victims_terminated_while_listed"] = len(view.listed_when_terminated(victims))
         await asyncio.sleep(args.settle)
         out["scale_in_cpu_s"] = cpu_seconds(pid) - cpu2
         scale, offset = audit_since(audit, offset)

@@ -24,6 +24,16 @@ from mpijob.planner.snapshot import format_time
 log = logging.getLogger("mpijob.executor")
 
 
+def _join(messages: list[str]) -> str:
+    """One message for several Events of one reason: "Created Pod a, b" from "Created Pod a", "Created Pod b"."""
+    if len(messages) == 1:
+        return messages[0]
+    head, _, _ = messages[0].rpartition(" ")
+    if head and all(m.rpartition(" ")[0] == head for m in messages):
+        return f"{head} {', '.join(m.rpartition(' ')[2] for m in messages)}"
+    return "; ".join(messages)
+
+
 @dataclass
 class Outcome:
     writes: int = 0
@@ -43,17 +53,28 @@ class Executor:
         self.post_events = post_events
 
     async def apply(self, job: dict[str, Any], actions: list[Action]) -> Outcome:
+        outcome = Outcome()
+        # Events of one reason in one batch become one Event (e.g. "Created Pod a, b, c" rather than one per
+        # pod): a new 8-worker job costs 6 Event writes instead of 13, out of the same client QPS budget.
+        events: dict[tuple[str, str], list[str]] = {}
+        await self._apply(job, actions, outcome, events)
+        for (type_, reason), messages in events.items():
+            await self._event(job, Emit(type_, reason, _join(messages)))
+        return outcome
+
+    async def _apply(
+        self, job: dict[str, Any], actions: list[Action], outcome: Outcome, events: dict[tuple[str, str], list[str]]
+    ) -> None:
         meta = job.get("metadata") or {}
         namespace = str(meta.get("namespace"))
         job_name = str(meta.get("name"))
         job_rv = meta.get("resourceVersion")
-        outcome = Outcome()
         skip_next_event = False
         for action in actions:
             try:
                 if isinstance(action, Emit):
                     if not skip_next_event:
-                        await self._event(job, action)
+                        events.setdefault((action.type, action.reason), []).append(action.message)
                     skip_next_event = False
                     continue
                 skip_next_event = False
@@ -79,7 +100,8 @@ class Executor:
                 if err.status == 403 and "being terminated" in err.body:
                     # The namespace is going away, and the job with it: nothing left to do.
                     log.debug("%s/%s: namespace terminating; stopping", namespace, job_name)
-                    return outcome
+                    events.clear()
+                    return
                 # 409: stale cache; 404: the object went away. Both resolve with fresh data. Anything else
                 # (422 from validation, 403, 5xx) is an error and backs off.
                 if err.status in (409, 404) and isinstance(action, Patch):
@@ -87,8 +109,7 @@ class Executor:
                 else:
                     outcome.error = err
                 log.info("stopping %s/%s after %s: %s", namespace, job_name, type(action).__name__, err)
-                return outcome
-        return outcome
+                return
 
     async def _create(self, namespace: str, action: Create) -> bool:
         obj = action.obj
