@@ -329,12 +329,21 @@ async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Name
         # Popen only forks: nothing here waits on the child.
         proc = subprocess.Popen(side.argv(kubeconfig), stdout=log_file, stderr=subprocess.STDOUT)  # noqa: ASYNC220
     view = View()
+    profiler: subprocess.Popen[bytes] | None = None
     tasks = [
         asyncio.create_task(watch(client, f"/api/v1/namespaces/{NAMESPACE}/pods", view.on_pod)),
         asyncio.create_task(watch(client, f"/api/v1/namespaces/{NAMESPACE}/configmaps", view.on_config_map)),
     ]
     try:
         await wait_lease(client, *side.lease)
+        if args.profile and side.name == "mpijob":
+            # Collapsed stacks of the whole run (py-spy from PyPI); summarise with bench/profile_summary.py.
+            profiler = subprocess.Popen(  # noqa: ASYNC220 (only forks)
+                [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(proc.pid), "--nonblocking"]
+                + ["--format", "raw", "--rate", "50", "-o", args.profile],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         await asyncio.sleep(3.0)  # caches filled: the clock starts at the first create, not at start-up
         pid = proc.pid
         out["rss_mib_at_start"] = rss_mib(pid)
@@ -405,6 +414,9 @@ async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Name
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if args.profile and side.name == "mpijob" and profiler is not None:
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait(30)
         proc.terminate()
         try:
             proc.wait(30)
@@ -477,6 +489,7 @@ def main() -> int:
     parser.add_argument("--only", choices=("reference", "mpijob"), default=None)
     parser.add_argument("--keep", action="store_true", help="leave the testbeds running")
     parser.add_argument("--json", default=None, help="also write the raw figures here")
+    parser.add_argument("--profile", default=None, help="py-spy collapsed stacks of the mpijob operator to this file")
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     subprocess.run(["bash", str(ROOT / "bench" / "reference" / "build.sh")], check=True, stdout=sys.stderr)

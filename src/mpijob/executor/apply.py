@@ -24,14 +24,19 @@ from mpijob.planner.snapshot import format_time
 log = logging.getLogger("mpijob.executor")
 
 
+# The planner announces each create ("SuccessfulCreatePod", ...); the executor posts one Event per batch for
+# all of them, with the reason Kubernetes' own controllers use for creates.
+_CREATE = "SuccessfulCreate"
+
+
 def _join(messages: list[str]) -> str:
-    """One message for several Events of one reason: "Created Pod a, b" from "Created Pod a", "Created Pod b"."""
-    if len(messages) == 1:
-        return messages[0]
-    head, _, _ = messages[0].rpartition(" ")
-    if head and all(m.rpartition(" ")[0] == head for m in messages):
-        return f"{head} {', '.join(m.rpartition(' ')[2] for m in messages)}"
-    return "; ".join(messages)
+    """One message for several Events of one reason, grouped by their text before the object's name:
+    "Created Service j; Created Pod j-worker-0, j-worker-1"."""
+    groups: dict[str, list[str]] = {}
+    for message in messages:
+        head, _, tail = message.rpartition(" ")
+        groups.setdefault(head, []).append(tail)
+    return "; ".join(f"{head} {', '.join(tails)}" if head else ", ".join(tails) for head, tails in groups.items())
 
 
 @dataclass
@@ -54,8 +59,9 @@ class Executor:
 
     async def apply(self, job: dict[str, Any], actions: list[Action]) -> Outcome:
         outcome = Outcome()
-        # Events of one reason in one batch become one Event (e.g. "Created Pod a, b, c" rather than one per
-        # pod): a new 8-worker job costs 6 Event writes instead of 13, out of the same client QPS budget.
+        # Events of one reason in one batch become one Event, and so do all create announcements ("Created
+        # Service j; Created Pod j-worker-0, j-worker-1, ...") rather than one per object: a new 8-worker job
+        # costs 2 Event writes instead of 13, out of the same client QPS budget (and the API server's CPU).
         events: dict[tuple[str, str], list[str]] = {}
         await self._apply(job, actions, outcome, events)
         for (type_, reason), messages in events.items():
@@ -74,7 +80,8 @@ class Executor:
             try:
                 if isinstance(action, Emit):
                     if not skip_next_event:
-                        events.setdefault((action.type, action.reason), []).append(action.message)
+                        reason = _CREATE if action.reason.startswith(_CREATE) else action.reason
+                        events.setdefault((action.type, reason), []).append(action.message)
                     skip_next_event = False
                     continue
                 skip_next_event = False

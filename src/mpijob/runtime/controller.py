@@ -142,18 +142,20 @@ class Controller:
             name="mpijobs",
             fn=lambda namespace, name, body, **_: {(namespace, name): slim.mpijob(body)},
         )
-        index("v1", "pods", name="pods", fn=lambda namespace, name, body, **_: {(namespace, name): slim.pod(body)})
 
-        def pods_by_owner(namespace: str, name: str, meta: Any, **_: Any) -> Any:
+        def pods(namespace: str, name: str, body: Any, meta: Any, spec: Any, labels: Any, **_: Any) -> Any:
             ref = _controller_ref(meta)
-            return {ref["uid"]: (namespace, name)} if ref else None
+            job = (labels or {}).get(c.LABEL_JOB_NAME)
+            cache.pod_seen(
+                (namespace, name),
+                str(meta.get("uid")),
+                str(ref["uid"]) if ref else None,
+                spec.get("nodeName") or None,
+                (namespace, str(job)) if job else None,
+            )
+            return {(namespace, name): slim.pod(body)}
 
-        def pods_by_node(namespace: str, spec: Any, labels: Any, **_: Any) -> Any:
-            node, job = spec.get("nodeName"), (labels or {}).get(c.LABEL_JOB_NAME)
-            return {node: (namespace, job)} if node and job else None
-
-        index("v1", "pods", name="pods_by_owner", fn=pods_by_owner)
-        index("v1", "pods", name="pods_by_node", fn=pods_by_node)
+        index("v1", "pods", name="pods", fn=pods)
         index(
             "batch",
             "v1",
@@ -194,6 +196,8 @@ class Controller:
                     ident = (meta.get("namespace"), meta.get("name"))
                     if kwargs.get("type") == "DELETED":
                         seen.pop(ident, None)
+                        if hid == "pod_events":
+                            cache.pod_gone((str(ident[0]), str(ident[1])), str(meta.get("uid")))
                     else:
                         fingerprint = _fingerprint(view(kwargs["body"]))
                         if seen.get(ident) == fingerprint:
