@@ -35,9 +35,16 @@ class TokenBucket:
         self.stamp = time.monotonic()
         self.lock = asyncio.Lock()
 
-    async def take(self) -> None:
+    async def take(self, *, low_priority: bool = False) -> None:
+        """`low_priority` requests (Events) wait, without holding the queue, until at least half the burst is
+        available again: they never take a token that a write on a reconcile's path is waiting for."""
         if self.qps <= 0:
             return
+        while low_priority:
+            missing = self.capacity / 2 - (self.tokens + (time.monotonic() - self.stamp) * self.qps)
+            if missing <= 0 and not self.lock.locked():
+                break
+            await asyncio.sleep(max(missing, 1.0) / self.qps)
         async with self.lock:
             while True:
                 now = time.monotonic()
@@ -60,9 +67,17 @@ class Client:
         self.requests = 0
 
     async def request(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json", query: Any = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        query: Any = None,
+        *,
+        low_priority: bool = False,
     ) -> Any:
-        await (self.mpijob_bucket if path.startswith("/apis/kubeflow.org/") else self.bucket).take()
+        bucket = self.mpijob_bucket if path.startswith("/apis/kubeflow.org/") else self.bucket
+        await bucket.take(low_priority=low_priority)
         self.requests += 1
         try:
             response = await self.api.call_api(
@@ -89,8 +104,8 @@ class Client:
     async def get(self, path: str) -> Any:
         return await self.request("GET", path)
 
-    async def create(self, path: str, obj: Any) -> Any:
-        return await self.request("POST", path, obj)
+    async def create(self, path: str, obj: Any, *, low_priority: bool = False) -> Any:
+        return await self.request("POST", path, obj, low_priority=low_priority)
 
     async def merge_patch(self, path: str, patch: Any) -> Any:
         return await self.request("PATCH", path, patch, content_type="application/merge-patch+json")
