@@ -45,6 +45,12 @@ def register(subparsers: Any) -> None:
     op.add_argument("--leader-elect", action="store_true", help="hold a Lease before reconciling")
     op.add_argument("--lock-namespace", default=os.environ.get("MPIJOB_LOCK_NAMESPACE", "mpijob-system"))
     op.add_argument("--health-port", type=int, default=0, help="serve /healthz on this port (0: off)")
+    op.add_argument(
+        "--resync-period",
+        type=float,
+        default=float(os.environ.get("MPIJOB_RESYNC_PERIOD", "300")),
+        help="seconds between relists that drop cached objects deleted during a watch gap (jittered)",
+    )
     op.set_defaults(func=_operator)
 
     inst = subparsers.add_parser("install", help="apply the MPIJob CRD to the current cluster")
@@ -71,6 +77,7 @@ def _operator(args: argparse.Namespace) -> int:
             leader_elect=args.leader_elect,
             lock_namespace=args.lock_namespace,
             health_port=args.health_port,
+            resync_period=args.resync_period,
         )
     )
 

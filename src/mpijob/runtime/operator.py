@@ -25,6 +25,7 @@ from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
 from mpijob.executor.apply import Executor
 from mpijob.executor.client import Client
 from mpijob.planner.snapshot import OperatorConfig
+from mpijob.runtime import resync
 from mpijob.runtime.controller import Controller
 
 log = logging.getLogger("mpijob.operator")
@@ -45,6 +46,8 @@ class OperatorOptions:
     leader_elect: bool = False
     lock_namespace: str = "mpijob-system"
     health_port: int = 0
+    # Seconds between relists of the cached kinds (jittered); watch gaps close within this.
+    resync_period: float = resync.PERIOD
 
 
 class _NoDiffBase(kopf.DiffBaseStorage):
@@ -187,6 +190,7 @@ async def run(
         controller.leading.set()
         election = None
     workers = asyncio.create_task(controller.run_workers())
+    relist = asyncio.create_task(_resync(controller, executor.client, options))
     log.info(
         "operator started: namespaces=%s workers=%d qps=%s burst=%d",
         options.namespaces or "all",
@@ -198,9 +202,10 @@ async def run(
         await kopf_task
     finally:
         workers.cancel()
+        relist.cancel()
         if election is not None:
             election.cancel()
-        await asyncio.gather(workers, *([election] if election else []), return_exceptions=True)
+        await asyncio.gather(workers, relist, *([election] if election else []), return_exceptions=True)
         controller.queue.shutdown()
         if controller.leading.is_set():
             # Announcements already decided still go out (briefly: a stopping operator must not hang).
@@ -209,6 +214,14 @@ async def run(
         await executor.close()
         await api.close()
     return controller
+
+
+async def _resync(controller: Controller, client: Client, options: OperatorOptions) -> None:
+    """Closes watch gaps: a periodic relist drops cached objects the API server no longer has."""
+    await controller.warm.wait()
+    await resync.resync_forever(
+        client, controller.cache, controller.forget_ghost, options.namespaces, period=options.resync_period
+    )
 
 
 async def _lead(api: k8s_client.ApiClient, options: OperatorOptions, controller: Controller) -> None:
