@@ -25,6 +25,9 @@ class ApiError(Exception):
         self.body = body
 
 
+LOW_PRIORITY_MAX_WAIT = 2.0
+
+
 class TokenBucket:
     """Allows `burst` requests at once and `qps` per second on average."""
 
@@ -37,10 +40,12 @@ class TokenBucket:
 
     async def take(self, *, low_priority: bool = False) -> None:
         """`low_priority` requests (Events) wait, without holding the queue, until at least half the burst is
-        available again: they never take a token that a write on a reconcile's path is waiting for."""
+        available again, so during a burst the writes on reconciles' paths go first; but never longer than
+        LOW_PRIORITY_MAX_WAIT, so under sustained load they still get through (one per wait, at most)."""
         if self.qps <= 0:
             return
-        while low_priority:
+        deadline = time.monotonic() + LOW_PRIORITY_MAX_WAIT
+        while low_priority and time.monotonic() < deadline:
             missing = self.capacity / 2 - (self.tokens + (time.monotonic() - self.stamp) * self.qps)
             if missing <= 0 and not self.lock.locked():
                 break
