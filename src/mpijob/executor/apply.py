@@ -8,7 +8,6 @@ stop and let the reconcile run again on fresh data.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +23,6 @@ from mpijob.planner.actions import Action, ConfirmAbsence, Create, Delete, Emit,
 from mpijob.planner.snapshot import format_time
 
 log = logging.getLogger("mpijob.executor")
-EVENT_QUEUE = 1000
 
 
 # The planner announces each create ("SuccessfulCreatePod", ...); the executor posts one Event per batch for
@@ -66,36 +64,6 @@ class Executor:
         # Checked before every write (leader election sets it): a leader that lost its lease mid-batch stops
         # at the next write, not at the next job.
         self.fence: Callable[[], bool] | None = None
-        # Events are posted in the background, after the writes they announce, at low priority (as
-        # client-go's event broadcaster does, off the sync path): during a burst of creates the QPS budget
-        # goes to the writes first. Best effort and bounded like client-go's: when full, new ones are dropped.
-        self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=EVENT_QUEUE)
-        self._poster: asyncio.Task[None] | None = None
-
-    async def close(self) -> None:
-        if self._poster is not None:
-            self._poster.cancel()
-            await asyncio.gather(self._poster, return_exceptions=True)
-            self._poster = None
-
-    async def flush_events(self) -> None:
-        """Waits until every queued Event has been posted (tests and the CLI use it before exiting)."""
-        await self._events.join()
-
-    async def _post_events(self) -> None:
-        while True:
-            body = await self._events.get()
-            try:
-                if self.fence is not None and not self.fence():
-                    continue  # not the leader any more: no write of any kind
-                namespace = body["metadata"]["namespace"]
-                await self.client.create(collection_path("v1", "Event", namespace), body, low_priority=True)
-            except ApiError as err:  # an Event is best effort; never fail anything on it
-                log.warning("could not post event %s: %s", body.get("reason"), err)
-            except Exception:
-                log.exception("could not post event %s", body.get("reason"))
-            finally:
-                self._events.task_done()
 
     async def apply(self, job: dict[str, Any], actions: list[Action]) -> Outcome:
         outcome = Outcome()
@@ -243,9 +211,7 @@ class Executor:
             "lastTimestamp": now,
             "count": 1,
         }
-        if self._poster is None:
-            self._poster = asyncio.create_task(self._post_events())
         try:
-            self._events.put_nowait(body)
-        except asyncio.QueueFull:
-            log.warning("event queue full; dropping event %s", event.reason)
+            await self.client.create(collection_path("v1", "Event", namespace), body)
+        except ApiError as err:  # an Event is best effort; never fail a reconcile on it
+            log.warning("could not post event %s: %s", event.reason, err)

@@ -25,9 +25,6 @@ class ApiError(Exception):
         self.body = body
 
 
-LOW_PRIORITY_MAX_WAIT = 2.0
-
-
 class TokenBucket:
     """Allows `burst` requests at once and `qps` per second on average."""
 
@@ -38,18 +35,9 @@ class TokenBucket:
         self.stamp = time.monotonic()
         self.lock = asyncio.Lock()
 
-    async def take(self, *, low_priority: bool = False) -> None:
-        """`low_priority` requests (Events) wait, without holding the queue, until at least half the burst is
-        available again, so during a burst the writes on reconciles' paths go first; but never longer than
-        LOW_PRIORITY_MAX_WAIT, so under sustained load they still get through (one per wait, at most)."""
+    async def take(self) -> None:
         if self.qps <= 0:
             return
-        deadline = time.monotonic() + LOW_PRIORITY_MAX_WAIT
-        while low_priority and time.monotonic() < deadline:
-            missing = self.capacity / 2 - (self.tokens + (time.monotonic() - self.stamp) * self.qps)
-            if missing <= 0 and not self.lock.locked():
-                break
-            await asyncio.sleep(max(missing, 1.0) / self.qps)
         async with self.lock:
             while True:
                 now = time.monotonic()
@@ -78,11 +66,9 @@ class Client:
         body: Any = None,
         content_type: str = "application/json",
         query: Any = None,
-        *,
-        low_priority: bool = False,
     ) -> Any:
         bucket = self.mpijob_bucket if path.startswith("/apis/kubeflow.org/") else self.bucket
-        await bucket.take(low_priority=low_priority)
+        await bucket.take()
         self.requests += 1
         try:
             response = await self.api.call_api(
@@ -109,8 +95,8 @@ class Client:
     async def get(self, path: str) -> Any:
         return await self.request("GET", path)
 
-    async def create(self, path: str, obj: Any, *, low_priority: bool = False) -> Any:
-        return await self.request("POST", path, obj, low_priority=low_priority)
+    async def create(self, path: str, obj: Any) -> Any:
+        return await self.request("POST", path, obj)
 
     async def merge_patch(self, path: str, patch: Any) -> Any:
         return await self.request("PATCH", path, patch, content_type="application/merge-patch+json")

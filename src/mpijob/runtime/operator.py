@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import json
 import logging
@@ -207,11 +206,6 @@ async def run(
             election.cancel()
         await asyncio.gather(workers, relist, *([election] if election else []), return_exceptions=True)
         controller.queue.shutdown()
-        if controller.leading.is_set():
-            # Announcements already decided still go out (briefly: a stopping operator must not hang).
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(executor.flush_events(), 5.0)
-        await executor.close()
         await api.close()
     return controller
 
