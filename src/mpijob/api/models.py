@@ -63,6 +63,11 @@ class IndexPolicy(StrEnum):
     APPEND = "Append"
 
 
+class HostDiscovery(StrEnum):
+    API = "API"
+    FILE = "File"
+
+
 class ReplicaType(StrEnum):
     LAUNCHER = "Launcher"
     WORKER = "Worker"
@@ -151,6 +156,13 @@ class ElasticPolicy(_Model):
         alias="indexPolicy",
         description="Index of a new worker: FillGaps (lowest free) or Append (above the highest ever used).",
     )
+    host_discovery: HostDiscovery = Field(
+        default=HostDiscovery.API,
+        alias="hostDiscovery",
+        description="Where the launcher's discover_hosts.sh reads the host list: API (from the API server with "
+        "a per-job ServiceAccount that can read only this job's list; the projected file as fallback) or File "
+        "(the projected file only; no RBAC objects).",
+    )
 
 
 class MPIJobSpec(_Model):
@@ -219,4 +231,13 @@ class JobStatus(_Model):
     )
     discovered_hosts: list[str] = Field(
         default_factory=list, alias="discoveredHosts", description="Workers currently in discover_hosts.sh."
+    )
+    recent_worker_failures: int | None = Field(
+        default=None,
+        alias="recentWorkerFailures",
+        ge=0,
+        description="Workers that failed recently; replacements back off once they keep failing.",
+    )
+    last_worker_failure_time: str | None = Field(
+        default=None, alias="lastWorkerFailureTime", description="When a worker last failed."
     )

@@ -11,6 +11,7 @@ from mpijob.api import constants as c
 from mpijob.cli.kube import client, default_namespace, job_path, worker_pods
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import object_path
+from mpijob.planner.discovery import listed_lines
 from mpijob.planner.hostfile import parse_discovery_output
 from mpijob.planner.snapshot import controller_uid
 
@@ -77,7 +78,15 @@ async def scale_in(
         listed = list(elastic.get("workersToDelete") or [])
         added = [w for w in dict.fromkeys(workers) if w not in listed]
         replicas = int(spec["mpiReplicaSpecs"]["Worker"]["replicas"])
-        new = replicas if replace else replicas - len(added)
+        # A Kueue-managed job keeps its admitted Worker count: a lower one makes Kueue suspend the job.
+        kueue = bool((obj["metadata"].get("labels") or {}).get(c.LABEL_KUEUE_QUEUE_NAME))
+        if kueue and not replace:
+            print(
+                f"MPIJob {namespace}/{job} is managed by Kueue: keeping Worker replicas at {replicas} "
+                "(the workers are replaced; a lower count would make Kueue suspend the job)",
+                file=sys.stderr,
+            )
+        new = replicas if replace or kueue else replicas - len(added)
         floor = int(elastic.get("minReplicas", 1))
         if new < floor:
             raise SystemExit(
@@ -123,10 +132,8 @@ async def _scale(args: argparse.Namespace) -> int:
 
 
 def discovery_from_config_map(config_map: dict[str, Any]) -> list[tuple[str, int]]:
-    """What discover_hosts.sh prints, from its text (each line is `echo host:slots`)."""
-    script = (config_map.get("data") or {}).get(c.DISCOVER_HOSTS_KEY, "")
-    lines = [line[len("echo ") :] for line in script.splitlines() if line.startswith("echo ")]
-    return parse_discovery_output("\n".join(lines))
+    """The discovery list as the API holds it (what the launcher's discover_hosts.sh prints from the API)."""
+    return parse_discovery_output("\n".join(listed_lines(config_map.get("data") or {})))
 
 
 def pod_table(pods: list[dict[str, Any]], job: str) -> str:

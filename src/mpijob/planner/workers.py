@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from mpijob.api import constants as c
 from mpijob.api.models import MPIJobSpec, NodeTerminationPolicy
+from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.hostfile import host_fqdn
 from mpijob.planner.indexes import new_indexes
 from mpijob.planner.ranking import rank_victims
@@ -182,7 +183,7 @@ def _still_discovered(snapshot: Snapshot, pod_name: str) -> bool:
         return False
     job = snapshot.job["metadata"]
     host = host_fqdn(pod_name, job["name"], job.get("namespace", ""), snapshot.config.cluster_domain)
-    return f"echo {host}:" in (cm.get("data") or {}).get(c.DISCOVER_HOSTS_KEY, "")
+    return host in listed_hosts(cm.get("data") or {})
 
 
 def _is_foreign(snapshot: Snapshot, job_name: str, index: int) -> bool:
@@ -254,6 +255,13 @@ def _plan_elastic(
     by_name = {name_of(p): p for p in workers}
     result = WorkerPlan()
     replicas = spec.worker_replicas
+    # A Kueue-managed job keeps the Worker count Kueue admitted: lowering it would make Kueue suspend the
+    # whole job. So ScaleIn acts as Replace there (the replacements stay Pending if there is no room, and
+    # the quota stays held), and workers lost to someone else are replaced rather than scaled in.
+    kueue_managed = bool(labels_of(snapshot.job).get(c.LABEL_KUEUE_QUEUE_NAME))
+    termination_policy = policy.node_termination_policy
+    if kueue_managed and termination_policy is NodeTerminationPolicy.SCALE_IN:
+        termination_policy = NodeTerminationPolicy.REPLACE
 
     # 1. Clean workersToDelete: drop names that are gone (done) or were never this job's workers (warn).
     #    A gone worker that was in discovery at the last status write was ours too: removed by someone else
@@ -263,6 +271,7 @@ def _plan_elastic(
     #    crash in between can never make step 2 count the same lost worker twice.
     previously_discovered = set((snapshot.job.get("status") or {}).get("discoveredHosts") or [])
     listed: list[str] = []
+    removed: dict[str, list[str]] = {"gone": [], "being deleted": []}
     bad: list[str] = []
     for name in dict.fromkeys(policy.workers_to_delete):
         pod = by_name.get(name)
@@ -271,14 +280,22 @@ def _plan_elastic(
                 listed.append(name)
                 continue
             if name in previously_leaving:
-                result.events.append(("Normal", "WorkerRemoved", f"worker {name} is gone"))
+                removed["gone"].append(name)
             else:
                 bad.append(f"{name!r} {_describe_bad_name(snapshot, name)}")
             continue
         if is_terminating(pod) and (_is_leaving(pod) or name in previously_leaving):
-            result.events.append(("Normal", "WorkerRemoved", f"worker {name} is being deleted"))
+            removed["being deleted"].append(name)
             continue
         listed.append(name)
+    # One Event for the workers that finished leaving in this reconcile.
+    for how, names in removed.items():
+        if names:
+            noun = "worker" if len(names) == 1 else "workers"
+            verb = {"gone": "is gone" if len(names) == 1 else "are gone"}.get(
+                how, "is being deleted" if len(names) == 1 else "are being deleted"
+            )
+            result.events.append(("Normal", "WorkerRemoved", f"{noun} {', '.join(names)} {verb}"))
 
     if bad:
         # One Event however many names are bad: a long junk list must not use up the API budget.
@@ -311,7 +328,7 @@ def _plan_elastic(
         for n in sorted(previously_discovered)
         if n not in by_name and n not in listed_set and snapshot.confirmed_absent("Pod", n)
     ]
-    if not suspended and policy.node_termination_policy is not NodeTerminationPolicy.IGNORE:
+    if not suspended and termination_policy is not NodeTerminationPolicy.IGNORE:
         for pod in unaccounted:
             if pod in external:
                 continue
@@ -323,7 +340,7 @@ def _plan_elastic(
         result.held = [name_of(p) for p in held]
     new_replicas = replicas
     additions: list[str] = [s.pod["metadata"]["name"] for s in result.signals]
-    if policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended:
+    if termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended:
         additions += [name_of(p) for p in external] + vanished
         new_replicas = max(policy.min_replicas, replicas - len(additions)) if additions else replicas
         new_replicas = min(new_replicas, replicas)
@@ -332,13 +349,11 @@ def _plan_elastic(
         signal = next(s.signal for s in result.signals if s.node == node)
         verb = {
             NodeTerminationPolicy.SCALE_IN: f"scaling in (Worker replicas {replicas} -> {new_replicas})",
-            NodeTerminationPolicy.REPLACE: "replacing them elsewhere",
-        }[policy.node_termination_policy]
+            NodeTerminationPolicy.REPLACE: "replacing them elsewhere"
+            + (" (Kueue-managed: Worker replicas stay as admitted)" if kueue_managed else ""),
+        }[termination_policy]
         floor = ""
-        if (
-            policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN
-            and replicas - len(additions) < policy.min_replicas
-        ):
+        if termination_policy is NodeTerminationPolicy.SCALE_IN and replicas - len(additions) < policy.min_replicas:
             floor = f"; minReplicas {policy.min_replicas} reached, the rest are replaced"
         result.events.append(
             (
@@ -347,7 +362,7 @@ def _plan_elastic(
                 f"node {node} is terminating ({signal}): workers {', '.join(names)}: {verb}{floor}",
             )
         )
-    if (external or vanished) and policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended:
+    if (external or vanished) and termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended:
         lost = ", ".join([name_of(p) for p in external] + vanished)
         result.events.append(
             (

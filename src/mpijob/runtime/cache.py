@@ -81,11 +81,16 @@ class Cache:
         "configmaps",
         "secrets",
         "pdbs",
+        "serviceaccounts",
+        "roles",
+        "rolebindings",
         "nodes",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, extra: tuple[str, ...] = ()) -> None:
         self.indexes: dict[str, Any] = {}
+        # Optional indexes (e.g. "podgroups", only with --gang-scheduling: their CRD may not exist).
+        self.required = self.INDEXES + extra
         # Secondary pod maps, kept by us rather than as two more kopf indexes: kopf invokes every indexer
         # through its handler machinery on every pod event, which cost more than the maps themselves.
         # Filled from the pods indexer (so complete before any handler runs, like a kopf index); entries
@@ -97,12 +102,12 @@ class Cache:
 
     @property
     def ready(self) -> bool:
-        return len(self.indexes) == len(self.INDEXES)
+        return len(self.indexes) == len(self.required)
 
     def capture(self, kwargs: Mapping[str, Any]) -> None:
         """kopf hands the (live) indexes to every handler; keep references to them."""
         if not self.ready:
-            for name in self.INDEXES:
+            for name in self.required:
                 if name in kwargs:
                     self.indexes[name] = kwargs[name]
 
@@ -113,6 +118,10 @@ class Cache:
     def pod(self, namespace: str, name: str) -> Obj | None:
         value: Obj | None = _one(self.indexes.get("pods"), (namespace, name))
         return value
+
+    def config_map_version(self, namespace: str, job: str) -> Any:
+        cm = _one(self.indexes.get("configmaps"), (namespace, c.config_map_name(job)))
+        return None if cm is None else (cm.get("metadata") or {}).get("resourceVersion")
 
     def mpijob_keys(self) -> list[Key]:
         return list(self.indexes.get("mpijobs") or {})
@@ -175,6 +184,10 @@ class Cache:
             config_map=_one(self.indexes["configmaps"], (ns, c.config_map_name(name))),
             secret=_one(self.indexes["secrets"], (ns, c.secret_name(name))),
             pdb=_one(self.indexes["pdbs"], (ns, c.pdb_name(name))),
+            service_account=_one(self.indexes.get("serviceaccounts"), (ns, c.discovery_rbac_name(name))),
+            role=_one(self.indexes.get("roles"), (ns, c.discovery_rbac_name(name))),
+            role_binding=_one(self.indexes.get("rolebindings"), (ns, c.discovery_rbac_name(name))),
             nodes=_Nodes(self.indexes["nodes"]),
+            pod_group=_one(self.indexes.get("podgroups"), (ns, name)),
             config=config,
         )

@@ -22,7 +22,8 @@ from kubernetes_asyncio import config as k8s_config
 
 from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
 from mpijob.executor.apply import Executor
-from mpijob.executor.client import Client
+from mpijob.executor.client import ApiError, Client
+from mpijob.planner import podgroups
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import resync
 from mpijob.runtime.controller import Controller
@@ -34,7 +35,7 @@ log = logging.getLogger("mpijob.operator")
 class OperatorOptions:
     kubeconfig: str | None = None
     namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
-    workers: int = 4
+    workers: int = 16  # concurrent reconciles: they mostly wait on the API server (docs/results.md)
     qps: float = 50.0
     burst: int = 100
     log_format: str = "text"
@@ -42,9 +43,12 @@ class OperatorOptions:
     cluster_domain: str = ""
     termination_taints: tuple[str, ...] = DEFAULT_TERMINATION_TAINTS
     cordon_is_termination: bool = True
+    api_discovery: bool = True
     leader_elect: bool = False
     lock_namespace: str = "mpijob-system"
     health_port: int = 0
+    # --gang-scheduling: "" off, "volcano", or the schedulerName of a scheduler-plugins (coscheduling) scheduler.
+    gang_scheduler: str = ""
     # Seconds between relists of the cached kinds (jittered); watch gaps close within this.
     resync_period: float = resync.PERIOD
 
@@ -139,16 +143,27 @@ async def run(
     started: Callable[[Controller], None] | None = None,
 ) -> Controller:
     api = await load_api_client(options.kubeconfig)
-    executor = Executor(Client(api, qps=options.qps, burst=options.burst))
+    client = Client(api, qps=options.qps, burst=options.burst)
+    if options.gang_scheduler:
+        await _check_pod_group_crd(client, options.gang_scheduler)
+    executor = Executor(client)
     controller = Controller(
         executor,
         OperatorConfig(
             cluster_domain=options.cluster_domain,
             termination_taints=options.termination_taints,
             cordon_is_termination=options.cordon_is_termination,
+            api_discovery=options.api_discovery,
+            gang_scheduler=options.gang_scheduler,
         ),
         workers=options.workers,
+        # The API server's clock, so that grace periods mean the same to every leader (issue 8, rule 11).
+        clock=client.clock.now,
     )
+    try:
+        await client.get("/version")  # learns the API server's clock before the first plan
+    except Exception as err:
+        log.warning("could not read the API server's clock yet: %s", err)
     registry = kopf.OperatorRegistry()
     controller.register(registry)
     if started is not None:
@@ -208,6 +223,23 @@ async def run(
         controller.queue.shutdown()
         await api.close()
     return controller
+
+
+async def _check_pod_group_crd(kube: Client, gang_scheduler: str) -> None:
+    """With gang scheduling on, the PodGroup kind must be served: otherwise the cache would never fill and
+    no job would be reconciled. Say so and stop, rather than run without the gangs the flag asked for."""
+    version = podgroups.api_version(gang_scheduler)
+    try:
+        found = await kube.get(f"/apis/{version}")
+    except ApiError as err:
+        if err.status != 404:
+            raise
+        found = {}
+    if not any(r.get("name") == "podgroups" for r in found.get("resources") or []):
+        raise SystemExit(
+            f"--gang-scheduling={gang_scheduler}: the API server does not serve {version} podgroups; "
+            "install the gang scheduler's PodGroup CRD (see docs/scheduling.md) or drop the flag"
+        )
 
 
 async def _resync(controller: Controller, client: Client, options: OperatorOptions) -> None:
