@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration testbed testbed-node testbed-extras e2e bench crd clean chaos
+.PHONY: demo test lint unit integration testbed testbed-node testbed-extras e2e bench compare crd clean chaos
 
 $(STAMP): pyproject.toml
 	@echo "[setup] creating $(VENV) and installing mpijob with its dev tools"
@@ -61,6 +61,10 @@ chaos: $(STAMP) testbed
 
 bench: $(STAMP) testbed
 	$(BIN)/python bench/run.py
+
+# Side by side with the reference operator (built from its Go module into .cache/reference).
+compare: $(STAMP) testbed
+	$(BIN)/python bench/compare.py
 
 crd: $(STAMP)
 	$(BIN)/mpijob crd > deploy/crd/kubeflow.org_mpijobs.yaml

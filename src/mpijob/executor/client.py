@@ -2,7 +2,8 @@
 
 kubernetes_asyncio does the connection, TLS and authentication (kubeconfig or in-cluster); we call its
 generic `call_api` so one code path serves every kind and the content type of a patch is explicit.
-A token bucket keeps the operator within its QPS and burst budget on the API server.
+Token buckets keep the operator within its QPS and burst budget on the API server (one for MPIJobs, one
+for the rest, like the reference operator's two clients).
 """
 
 from __future__ import annotations
@@ -82,14 +83,23 @@ class Client:
     def __init__(self, api: ApiClient, qps: float = 50.0, burst: int = 100, timeout: float = 60.0) -> None:
         self.api = api
         self.timeout = timeout
+        # One budget for MPIJobs and one for everything else, as the reference operator has one client
+        # (with its own limiter) per API group set: `--kube-api-qps 50` means the same on both operators.
         self.bucket = TokenBucket(qps, burst)
+        self.mpijob_bucket = TokenBucket(qps, burst)
         self.requests = 0
         self.clock = ServerClock()
 
     async def request(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json", query: Any = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        query: Any = None,
     ) -> Any:
-        await self.bucket.take()
+        bucket = self.mpijob_bucket if path.startswith("/apis/kubeflow.org/") else self.bucket
+        await bucket.take()
         self.requests += 1
         try:
             response = await self.api.call_api(
