@@ -115,7 +115,7 @@ class Executor:
                     if uid is None:
                         # Someone else's object holds the name: nothing after this may run (fail closed).
                         outcome.conflict = f"{key[0]} {key[1]}: AlreadyExists"
-                        return outcome
+                        return
                     outcome.writes += 1
                 elif isinstance(action, Create):
                     skip_next_event = not await self._create(namespace, action)
@@ -180,9 +180,9 @@ class Executor:
 
     async def _create_exclusive(self, namespace: str, action: Create) -> str | None:
         """The created object's uid, or None on AlreadyExists."""
-        obj = copy.deepcopy(action.obj)
+        obj = action.obj
         if action.generate_ssh_keys:
-            obj["data"] = ssh_key_pair()
+            obj = {**obj, "data": ssh_key_pair()}  # a shallow copy: the action itself stays as planned
         try:
             made = await self.client.create(collection_path(obj["apiVersion"], obj["kind"], namespace), obj)
         except ApiError as err:
