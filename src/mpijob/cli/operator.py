@@ -45,6 +45,15 @@ def register(subparsers: Any) -> None:
     op.add_argument("--leader-elect", action="store_true", help="hold a Lease before reconciling")
     op.add_argument("--lock-namespace", default=os.environ.get("MPIJOB_LOCK_NAMESPACE", "mpijob-system"))
     op.add_argument("--health-port", type=int, default=0, help="serve /healthz on this port (0: off)")
+    op.add_argument(
+        "--metrics-port",
+        "--monitoring-port",  # the reference operator's name for it
+        dest="metrics_port",
+        type=int,
+        default=int(os.environ.get("MPIJOB_METRICS_PORT", "0")),
+        help="serve Prometheus /metrics on this port (0: off)",
+    )
+    op.add_argument("--metrics-bind-address", default=os.environ.get("MPIJOB_METRICS_BIND_ADDRESS", "0.0.0.0"))
     op.set_defaults(func=_operator)
 
     inst = subparsers.add_parser("install", help="apply the MPIJob CRD to the current cluster")
@@ -71,6 +80,8 @@ def _operator(args: argparse.Namespace) -> int:
             leader_elect=args.leader_elect,
             lock_namespace=args.lock_namespace,
             health_port=args.health_port,
+            metrics_port=args.metrics_port,
+            metrics_address=args.metrics_bind_address,
         )
     )
 

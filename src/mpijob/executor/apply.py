@@ -36,6 +36,8 @@ class Outcome:
     job_resource_version: str | None = None
     # Pods this batch created: the cache must show them before the job is planned again.
     created_pods: list[str] = field(default_factory=list)
+    # How many actions, from the first, were applied (all of them unless execution stopped early).
+    applied: int = 0
 
 
 class Executor:
@@ -50,7 +52,7 @@ class Executor:
         job_rv = meta.get("resourceVersion")
         outcome = Outcome()
         skip_next_event = False
-        for action in actions:
+        for outcome.applied, action in enumerate(actions):
             try:
                 if isinstance(action, Emit):
                     if not skip_next_event:
@@ -89,6 +91,7 @@ class Executor:
                     outcome.error = err
                 log.info("stopping %s/%s after %s: %s", namespace, job_name, type(action).__name__, err)
                 return outcome
+        outcome.applied = len(actions)
         return outcome
 
     async def _create(self, namespace: str, action: Create) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
@@ -54,6 +55,8 @@ class Client:
         self.timeout = timeout
         self.bucket = TokenBucket(qps, burst)
         self.requests = 0
+        # Called with (method, path, HTTP status) after every response: the operator's metrics.
+        self.on_response: Callable[[str, str, int], None] | None = None
 
     async def request(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json", query: Any = None
@@ -73,10 +76,14 @@ class Client:
                 _request_timeout=self.timeout,
             )
         except ApiException as err:
+            if self.on_response is not None:
+                self.on_response(method, path, int(err.status or 0))
             raise ApiError(int(err.status or 0), str(err.reason), str(err.body or "")) from None
         raw = response[0] if isinstance(response, tuple) else response
         data = await raw.read()
         status = int(getattr(raw, "status", 200))
+        if self.on_response is not None:
+            self.on_response(method, path, status)
         if not 200 <= status < 300:
             reason = str(getattr(raw, "reason", ""))
             raise ApiError(status, reason, data.decode(errors="replace") if isinstance(data, bytes) else str(data))

@@ -21,10 +21,10 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
-from mpijob.executor.apply import Executor
 from mpijob.executor.client import Client
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime.controller import Controller
+from mpijob.runtime.metrics import InstrumentedController, InstrumentedExecutor, Metrics
 
 log = logging.getLogger("mpijob.operator")
 
@@ -44,6 +44,8 @@ class OperatorOptions:
     leader_elect: bool = False
     lock_namespace: str = "mpijob-system"
     health_port: int = 0
+    metrics_port: int = 0  # 0: /metrics not served (metrics are still kept, for tests and benchmarks)
+    metrics_address: str = "0.0.0.0"
 
 
 class _JsonFormatter(logging.Formatter):
@@ -108,18 +110,23 @@ async def run(
     started: Callable[[Controller], None] | None = None,
 ) -> Controller:
     api = await load_api_client(options.kubeconfig)
-    executor = Executor(Client(api, qps=options.qps, burst=options.burst))
-    controller = Controller(
-        executor,
-        OperatorConfig(
-            cluster_domain=options.cluster_domain,
-            termination_taints=options.termination_taints,
-            cordon_is_termination=options.cordon_is_termination,
-        ),
-        workers=options.workers,
+    config = OperatorConfig(
+        cluster_domain=options.cluster_domain,
+        termination_taints=options.termination_taints,
+        cordon_is_termination=options.cordon_is_termination,
     )
+    metrics = Metrics()
+    client = Client(api, qps=options.qps, burst=options.burst)
+    client.on_response = metrics.api_response
+    executor = InstrumentedExecutor(client, metrics=metrics, config=config)
+    controller = InstrumentedController(executor, config, workers=options.workers, metrics=metrics)
+    executor.cache = controller.cache
+    metrics.attach(controller)
     registry = kopf.OperatorRegistry()
     controller.register(registry)
+    metrics.register(registry, config)
+    if options.metrics_port:
+        metrics.serve(options.metrics_port, options.metrics_address)
     if started is not None:
         started(controller)
 
