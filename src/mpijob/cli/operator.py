@@ -10,6 +10,7 @@ from typing import Any
 
 from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
 from mpijob.api.crd import crd, crd_yaml
+from mpijob.api.models import MANAGED_BY_US
 from mpijob.cli.kube import client as cli_client
 from mpijob.executor.client import ApiError
 from mpijob.runtime.operator import OperatorOptions
@@ -53,6 +54,17 @@ def register(subparsers: Any) -> None:
         default=int(os.environ.get("MPIJOB_METRICS_PORT", "0")),
         help="serve Prometheus /metrics on this port (0: off)",
     )
+    op.add_argument(
+        "--controller-name",
+        default=os.environ.get("MPIJOB_CONTROLLER_NAME", MANAGED_BY_US),
+        help="the spec.runPolicy.managedBy value of jobs this operator runs (default: the reference operator's)",
+    )
+    op.add_argument(
+        "--ignore-unmanaged",
+        action="store_true",
+        default=os.environ.get("MPIJOB_IGNORE_UNMANAGED", "") == "1",
+        help="leave jobs without spec.runPolicy.managedBy to another operator (running beside the reference one)",
+    )
     op.add_argument("--metrics-bind-address", default=os.environ.get("MPIJOB_METRICS_BIND_ADDRESS", "0.0.0.0"))
     op.set_defaults(func=_operator)
 
@@ -82,6 +94,8 @@ def _operator(args: argparse.Namespace) -> int:
             health_port=args.health_port,
             metrics_port=args.metrics_port,
             metrics_address=args.metrics_bind_address,
+            controller_name=args.controller_name,
+            claim_unmanaged=not args.ignore_unmanaged,
         )
     )
 

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from mpijob.api import constants as c
-from mpijob.api.models import API_VERSION, MANAGED_BY_US, CleanPodPolicy, LauncherCreationPolicy, MPIJobSpec
+from mpijob.api.models import API_VERSION, CleanPodPolicy, LauncherCreationPolicy, MPIJobSpec
 from mpijob.planner import children
 from mpijob.planner import status as st
 from mpijob.planner.actions import Action, Create, Delete, Emit, Patch, RequeueAfter
@@ -562,7 +562,7 @@ def plan(snapshot: Snapshot) -> list[Action]:
     if is_terminating(job):
         return []
     managed_by = ((job.get("spec") or {}).get("runPolicy") or {}).get("managedBy")
-    if managed_by not in (None, "", MANAGED_BY_US):
+    if not snapshot.config.manages(managed_by):
         return []
     spec, errors = validate(job)
     if spec is None or errors:

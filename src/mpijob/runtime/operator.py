@@ -21,6 +21,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
+from mpijob.api.models import MANAGED_BY_US
 from mpijob.executor.client import Client
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime.controller import Controller
@@ -46,6 +47,8 @@ class OperatorOptions:
     health_port: int = 0
     metrics_port: int = 0  # 0: /metrics not served (metrics are still kept, for tests and benchmarks)
     metrics_address: str = "0.0.0.0"
+    controller_name: str = MANAGED_BY_US
+    claim_unmanaged: bool = True
 
 
 class _JsonFormatter(logging.Formatter):
@@ -114,6 +117,8 @@ async def run(
         cluster_domain=options.cluster_domain,
         termination_taints=options.termination_taints,
         cordon_is_termination=options.cordon_is_termination,
+        controller_name=options.controller_name,
+        claim_unmanaged=options.claim_unmanaged,
     )
     metrics = Metrics()
     client = Client(api, qps=options.qps, burst=options.burst)
