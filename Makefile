@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration testbed bench crd clean
+.PHONY: demo test lint unit integration testbed helm bench crd docs bundle clean
+TESTBED_BIN ?= $(or $(MPIJOB_TESTBED_BIN),.cache/testbed/bin)
 
 $(STAMP): pyproject.toml
 	@echo "[setup] creating $(VENV) and installing mpijob with its dev tools"
@@ -15,6 +16,10 @@ $(STAMP): pyproject.toml
 
 testbed:
 	bash testbed/build.sh
+
+# helm from its Go module, for the chart tests (helm lint / helm template).
+helm:
+	bash testbed/helm/build.sh
 
 demo: $(STAMP) testbed
 	$(BIN)/mpijob demo
@@ -28,11 +33,11 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit -q
 
-integration: $(STAMP) testbed
+integration: $(STAMP) testbed helm
 	$(BIN)/pytest tests/integration -q
 
 # The whole suite: static checks, unit tests, then integration tests on a real local control plane.
-test: $(STAMP) testbed lint
+test: $(STAMP) testbed helm lint
 	$(BIN)/pytest tests -q -p no:cacheprovider
 
 bench: $(STAMP) testbed
@@ -40,6 +45,15 @@ bench: $(STAMP) testbed
 
 crd: $(STAMP)
 	$(BIN)/mpijob crd > deploy/crd/kubeflow.org_mpijobs.yaml
+	cp deploy/crd/kubeflow.org_mpijobs.yaml deploy/helm/mpijob-operator/crds/
+
+# Generated docs (a test fails when they drift from the models).
+docs: $(STAMP)
+	$(BIN)/mpijob api-reference > docs/api-reference.md
+
+# The single-file install: the standalone overlay rendered (a test fails when it is stale).
+bundle: crd testbed
+	$(TESTBED_BIN)/kubectl kustomize deploy/overlays/standalone > deploy/mpijob-operator.yaml
 
 clean:
 	-$(BIN)/mpijob testbed down

@@ -11,6 +11,7 @@ from typing import Any
 from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
 from mpijob.api.crd import crd, crd_yaml
 from mpijob.api.models import MANAGED_BY_US
+from mpijob.api.reference import api_reference
 from mpijob.cli.kube import client as cli_client
 from mpijob.executor.client import ApiError
 from mpijob.runtime.operator import OperatorOptions
@@ -74,6 +75,9 @@ def register(subparsers: Any) -> None:
 
     gen = subparsers.add_parser("crd", help="print the generated CRD YAML")
     gen.set_defaults(func=lambda args: (sys.stdout.write(crd_yaml()), 0)[1])
+
+    ref = subparsers.add_parser("api-reference", help="print the API reference (Markdown) generated from the models")
+    ref.set_defaults(func=lambda args: (sys.stdout.write(api_reference()), 0)[1])
 
 
 def _operator(args: argparse.Namespace) -> int:
