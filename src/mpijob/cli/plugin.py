@@ -24,7 +24,7 @@ NO_FILE_COMPLETION = ":4"
 
 def package_version() -> str:
     try:
-        return version("mpijob")
+        return version("mpijob-operator")
     except PackageNotFoundError:  # running from a source tree without an install
         return "0+unknown"
 
