@@ -11,7 +11,6 @@ from typing import Any
 import yaml
 
 from mpijob.executor.client import Client
-from mpijob.executor.resources import object_path
 
 REPO = Path(__file__).resolve().parents[2]
 RBAC_FILES = (REPO / "deploy/base/namespace.yaml", REPO / "deploy/base/rbac.yaml")
@@ -30,7 +29,10 @@ def shipped_rbac() -> list[dict[str, Any]]:
 async def server_side_apply(client: Client, obj: dict[str, Any]) -> dict[str, Any]:
     """`kubectl apply --server-side --force-conflicts`, for one object."""
     meta = obj["metadata"]
-    path = object_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
+    base = f"/apis/{obj['apiVersion']}" if "/" in obj["apiVersion"] else f"/api/{obj['apiVersion']}"
+    scope = f"/namespaces/{meta['namespace']}" if meta.get("namespace") else ""
+    # Namespace, ServiceAccount, (Cluster)Role(Binding): the plural is the lower-cased kind plus "s".
+    path = f"{base}{scope}/{obj['kind'].lower()}s/{meta['name']}"
     result: dict[str, Any] = await client.request(
         "PATCH",
         path,

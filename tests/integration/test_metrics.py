@@ -77,5 +77,8 @@ async def test_metrics_after_a_spot_taint_scale_in_show_the_decision_removals_an
     assert ("mpijob_elastic_leaving_workers", frozenset()) in after
 
 
-async def _scrape_async(port: int) -> Samples:
-    return scrape(port)
+async def _scrape_async(port: int) -> Samples | None:
+    try:
+        return scrape(port)
+    except OSError:  # not listening yet (the operator may have just been restarted)
+        return None
