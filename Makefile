@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration testbed helm bench crd docs bundle clean
+.PHONY: demo test lint unit integration testbed helm bench crd docs bundle plugin-archive lock clean
 TESTBED_BIN ?= $(or $(MPIJOB_TESTBED_BIN),.cache/testbed/bin)
 
 $(STAMP): pyproject.toml
@@ -50,6 +50,16 @@ crd: $(STAMP)
 # Generated docs (a test fails when they drift from the models).
 docs: $(STAMP)
 	$(BIN)/mpijob api-reference > docs/api-reference.md
+
+# kubectl plugin archive for krew (dist/, git-ignored); prints its sha256 for deploy/krew/mpijob.yaml.
+plugin-archive: $(STAMP)
+	PYTHON=$(BIN)/python bash deploy/krew/build-archive.sh
+
+# Hash-locked runtime dependencies of the image and the plugin archive.
+lock: $(STAMP)
+	$(BIN)/pip install --quiet pip-tools
+	$(BIN)/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links -o requirements.lock pyproject.toml
+	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --no-emit-index-url --no-emit-find-links -o requirements-build.lock requirements-build.in
 
 # The single-file install: the standalone overlay rendered (a test fails when it is stale).
 bundle: crd testbed

@@ -42,8 +42,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Options every command takes, that kubectl users put anywhere: `kubectl mpijob -n ns status job`.
+_GLOBAL_WITH_VALUE = ("-n", "--namespace", "--context", "--kubeconfig", "-o", "--output")
+
+
+def hoist_global_options(argv: list[str]) -> list[str]:
+    """Moves options given before the command to after it, where the command's parser reads them."""
+    before: list[str] = []
+    i = 0
+    while i < len(argv) and argv[i].startswith("-") and argv[i] not in ("-h", "--help", "--version"):
+        name = argv[i].split("=", 1)[0]
+        if name not in _GLOBAL_WITH_VALUE:
+            break
+        take = 1 if "=" in argv[i] else 2
+        before += argv[i : i + take]
+        i += take
+    if not before or i >= len(argv):
+        return argv
+    return [argv[i], *before, *argv[i + 1 :]]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(hoist_global_options(list(sys.argv[1:] if argv is None else argv)))
     code: int = args.func(args)
     return code
 
