@@ -69,7 +69,7 @@ async def test_kubectl_mpijob_has_kubectls_habits(kube: Kube, api: ApiClient, ku
 
     job = "plug"
     async with own_nodes(api, kube, "a", "b") as nodes:
-        pods = await start_job(kube, elastic_job(job, nodes, grace=1), nodes)
+        pods = await start_job(kube, elastic_job(job, nodes, grace=4), nodes)
 
         # No -n: the namespace comes from the current context.
         rc, out, err = await _kubectl(config, "mpijob", "status", job, "-o", "json")
