@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration testbed helm bench crd docs bundle plugin-archive lock clean
+.PHONY: demo test lint unit integration testbed helm bench crd docs bundle plugin-archive lock image clean
 TESTBED_BIN ?= $(or $(MPIJOB_TESTBED_BIN),.cache/testbed/bin)
 
 $(STAMP): pyproject.toml
@@ -33,11 +33,11 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit -q
 
-integration: $(STAMP) testbed helm
+integration: $(STAMP) testbed helm image
 	$(BIN)/pytest tests/integration -q
 
 # The whole suite: static checks, unit tests, then integration tests on a real local control plane.
-test: $(STAMP) testbed helm lint
+test: $(STAMP) testbed helm image lint
 	$(BIN)/pytest tests -q -p no:cacheprovider
 
 bench: $(STAMP) testbed
@@ -50,6 +50,10 @@ crd: $(STAMP)
 # Generated docs (a test fails when they drift from the models).
 docs: $(STAMP)
 	$(BIN)/mpijob api-reference > docs/api-reference.md
+
+# The operator image without a container engine or registry (docs/image.md); `make test` runs it once.
+image: $(STAMP)
+	PYTHON=$(BIN)/python bash deploy/image/build-offline.sh
 
 # kubectl plugin archive for krew (dist/, git-ignored); prints its sha256 for deploy/krew/mpijob.yaml.
 plugin-archive: $(STAMP)
