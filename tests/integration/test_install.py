@@ -188,3 +188,21 @@ async def test_crd_upgrade_over_an_existing_install_keeps_the_running_job_and_it
     await eventually(three, what="a third worker after the CRD upgrade")
     survivors = {p["metadata"]["name"]: p["metadata"]["uid"] for p in live(await kube.workers("upgrade"))}
     assert before.items() <= survivors.items()
+
+
+async def test_helm_rendered_objects_are_accepted_by_the_api_server(
+    kubeconfig: Path, operator_kubeconfig: Path, tmp_path: Path
+) -> None:
+    # Server-side dry run: every object the chart renders passes the real API server's validation (the
+    # release namespace exists: the operator_kubeconfig fixture applied it with the shipped RBAC).
+    for name, extra in (
+        ("default", ()),
+        ("ha", ("--set", "replicaCount=2", "--set", "watchNamespaces={team-a}", "--set", "log.format=text")),
+    ):
+        rendered = helm("template", "r", str(CHART), "-n", "mpijob-system", "--kube-version", KUBE_VERSION, *extra)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(rendered)
+        _, out = await kubectl(
+            kubeconfig, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", str(path)
+        )
+        assert "deployment.apps/mpijob-operator serverside-applied (server dry run)" in out, out
