@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration testbed helm bench crd docs bundle plugin-archive lock image clean
+.PHONY: demo test lint unit integration testbed helm bench crd docs bundle plugin-archive lock image clean chaos
 TESTBED_BIN ?= $(or $(MPIJOB_TESTBED_BIN),.cache/testbed/bin)
 
 $(STAMP): pyproject.toml
@@ -39,6 +39,13 @@ integration: $(STAMP) testbed helm image
 # The whole suite: static checks, unit tests, then integration tests on a real local control plane.
 test: $(STAMP) testbed helm image lint
 	$(BIN)/pytest tests -q -p no:cacheprovider
+
+# A long seeded chaos run (issue 8): operator SIGKILLs across scale-in, node termination and scale-out.
+# CHAOS_SEED=n replays a run; docs/reliability.md has the counts of the last long run.
+CHAOS_STEPS ?= 200
+CHAOS_SEED ?= 20261130
+chaos: $(STAMP) testbed
+	MPIJOB_CHAOS_STEPS=$(CHAOS_STEPS) MPIJOB_CHAOS_SEED=$(CHAOS_SEED) $(BIN)/pytest tests/integration/test_chaos.py -q -s -p no:cacheprovider
 
 bench: $(STAMP) testbed
 	$(BIN)/python bench/run.py

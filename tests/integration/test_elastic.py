@@ -511,6 +511,34 @@ async def test_cordoned_node_scales_the_job_in_like_a_termination_taint(kube: Ku
         assert any(node_b in m and "cordon" in m and all(v in m for v in victims) for m in events), events
 
 
+async def test_cordon_at_the_floor_keeps_workers_serving_until_replacements_run(kube: Kube, api: ApiClient) -> None:
+    # Issue 8, rule 8: a cordon alone never takes the serving workers below minReplicas. At the floor, the
+    # cordoned node's workers stay in discovery until as many replacements run elsewhere.
+    job = "cordonfloor"
+    async with own_nodes(api, kube, "a", "b") as (node_a, node_b):
+        pods = await start_job(
+            kube, elastic_job(job, [node_a, node_b], workers=2, min_replicas=2, grace=1), [node_a, node_b]
+        )
+        victims = sorted(p["metadata"]["name"] for p in pods if node_of(p) == node_b)
+        await cordon_node(api, node_b)
+        lowest = 2
+        deadline = asyncio.get_running_loop().time() + 120
+        while True:
+            serving = await run_discovery(kube, job)
+            lowest = min(lowest, len(serving))
+            workers = live(await kube.workers(job))
+            moved = [p for p in workers if node_of(p) == node_a and phase(p) == "Running"]
+            if len(moved) == 2 and not [p for p in workers if node_of(p) == node_b] and len(serving) == 2:
+                break
+            assert asyncio.get_running_loop().time() < deadline, (serving, [(names([p]), node_of(p)) for p in workers])
+            await asyncio.sleep(0.1)
+        assert lowest >= 2, f"discover_hosts.sh listed {lowest} workers: below minReplicas on a cordon"
+        final = await kube.job(job)
+        assert replicas_of(final) == 2
+        assert not set(victims) & set(await run_discovery(kube, job))
+        assert await messages(kube, job, "FloorHeld")
+
+
 async def test_deleted_node_removes_its_workers_at_once_without_the_grace_period(kube: Kube, api: ApiClient) -> None:
     job = "nodegone"
     # A grace period far longer than the test may take: the workers of a deleted node must not wait for it.
@@ -654,7 +682,6 @@ async def test_every_kind_of_bad_name_in_workers_to_delete_is_warned_about_dropp
         bad = {
             launcher["metadata"]["name"]: "launcher",
             theirs[0]["metadata"]["name"]: "not a pod of this job",
-            "other-ns/x": "another namespace",
             "nope-worker-9": "no such pod",
         }
         watched = [launcher, theirs[0], *ours]

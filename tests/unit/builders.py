@@ -408,9 +408,13 @@ def snap(
     pdb_obj: Obj | None = None,
     now: datetime = NOW,
     config: OperatorConfig | None = None,
+    checks: Mapping[tuple[str, str], bool] | None = None,
 ) -> Snapshot:
     """A snapshot: `pods` are the job's own pods, `foreign` pods of the namespace the job does not own.
-    Nodes default to every node a pod is bound to (healthy), so no worker looks like it lost its node."""
+    Nodes default to every node a pod is bound to (healthy), so no worker looks like it lost its node.
+    The snapshot is the truth unless `checks` says otherwise: a node a pod is bound to that `node_map` lacks,
+    and a name of the last discoveredHosts with no pod, come with a live read that confirmed them gone.
+    Pass `checks={}` for a cache that lacks them with nothing confirmed yet."""
     all_pods = [*pods, *foreign, *launcher_pods]
     if node_map is None:
         node_map = {n: node(n) for p in all_pods if (n := (p.get("spec") or {}).get("nodeName"))}
@@ -429,7 +433,21 @@ def snap(
         pdb=pdb_obj,
         nodes=dict(node_map),
         config=config or OperatorConfig(),
+        absence_checks=dict(checks) if checks is not None else _truth(job, all_pods, node_map),
     )
+
+
+def _truth(job: Obj, pods: Sequence[Obj], node_map: Mapping[str, Obj]) -> dict[tuple[str, str], bool]:
+    found: dict[tuple[str, str], bool] = {}
+    for p in pods:
+        n = (p.get("spec") or {}).get("nodeName")
+        if n and n not in node_map:
+            found[("Node", n)] = True
+    names = {p["metadata"]["name"] for p in pods}
+    for name in (job.get("status") or {}).get("discoveredHosts") or []:
+        if name not in names:
+            found[("Pod", name)] = True
+    return found
 
 
 # -- picking actions out of a plan -------------------------------------------------------------------------

@@ -154,7 +154,14 @@ def test_elastic_policy_schema_has_the_user_facing_names() -> None:
     assert ep["nodeTerminationPolicy"]["enum"] == ["ScaleIn", "Replace", "Ignore"]
     assert ep["nodeTerminationPolicy"]["default"] == "ScaleIn"
     assert ep["indexPolicy"]["enum"] == ["FillGaps", "Append"]
-    assert ep["workersToDelete"]["items"] == {"type": "string"}
+    # Pod names only (DNS-1123 labels): `ns/name` and junk are refused at admission.
+    assert ep["workersToDelete"]["items"] == {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 63,
+        "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+    }
+    assert ep["workersToDelete"]["maxItems"] == 1024
 
 
 def test_cross_field_rules_name_the_field_they_guard() -> None:

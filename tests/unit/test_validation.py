@@ -23,7 +23,7 @@ def _without_launcher() -> Obj:
 
 
 INVALID = {
-    "missing launcher": (_without_launcher(), "spec.mpiReplicaSpecs.Launcher"),
+    "missing launcher": (_without_launcher(), "spec.mpiReplicaSpecs"),
     "launcher replicas 2": (mpijob(launcher=_launcher(2)), "spec.mpiReplicaSpecs.Launcher.replicas"),
     "worker without containers": (
         mpijob(worker={"replicas": 2, "template": {"spec": {"containers": []}}}),
@@ -44,6 +44,20 @@ INVALID = {
     "elastic max below min": (mpijob(workers=3, elastic_policy=elastic(3, 2)), "spec.elasticPolicy.maxReplicas"),
     "worker replicas 0 without elasticity": (mpijob(workers=0), "spec.mpiReplicaSpecs.Worker.replicas"),
     "name too long": (mpijob(name="a" * 60, workers=10), "metadata.name"),
+    "name not a DNS label": (mpijob(name="Pi_1"), "metadata.name"),
+    "replicas above the maximum": (mpijob(workers=10_001), "spec.mpiReplicaSpecs.Worker.replicas"),
+    "workersToDelete names a pod in another namespace": (
+        mpijob(workers=2, elastic_policy=elastic(1, 4, workers_to_delete=["team-b/pi-worker-0"])),
+        "spec.elasticPolicy.workersToDelete.0",
+    ),
+    "workersToDelete name too long": (
+        mpijob(workers=2, elastic_policy=elastic(1, 4, workers_to_delete=["x" * 64])),
+        "spec.elasticPolicy.workersToDelete.0",
+    ),
+    "too many workersToDelete": (
+        mpijob(workers=2, elastic_policy=elastic(1, 4, workers_to_delete=[f"w-{i}" for i in range(1025)])),
+        "spec.elasticPolicy.workersToDelete",
+    ),
     "unknown implementation": (
         mpijob(implementation="OpenMPI-ish"),
         "spec.mpiImplementation",

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from mpijob.api import constants as c
-from mpijob.planner.actions import Action, Create, Delete, Emit, Patch, RequeueAfter
+from mpijob.planner.actions import Action, ConfirmAbsence, Create, Delete, Emit, Patch, RequeueAfter
 from mpijob.planner.hostfile import parse_discovery_output
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Obj, OperatorConfig, Snapshot, format_time
@@ -84,6 +84,8 @@ class World:
     applied: list[Action] = field(default_factory=list)
     # Called with every snapshot and the plan made from it (property tests check invariants here).
     observer: Callable[[Snapshot, list[Action]], None] | None = None
+    # Live reads answered (ConfirmAbsence).
+    reads: int = 0
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
     _uid: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _place: int = 0
@@ -191,14 +193,25 @@ class World:
         )
 
     def reconcile(self, job_name: str) -> list[Action]:
-        """One reconcile: plan on a fresh snapshot and apply (stopping at the first failure)."""
+        """One reconcile: plan on a fresh snapshot and apply (stopping at the first failure). A plan that asks
+        for live reads (ConfirmAbsence) is answered from the world and planned again, as the controller does."""
         if self.get("MPIJob", job_name) is None:
             return []
-        snapshot = self.snapshot(job_name)
-        actions = plan(snapshot)
-        if self.observer is not None:
-            self.observer(snapshot, actions)
-        self.plans.append(actions)
+        checks: dict[tuple[str, str], bool] = {}
+        for _ in range(3):
+            snapshot = replace(self.snapshot(job_name), absence_checks=dict(checks))
+            actions = plan(snapshot)
+            if self.observer is not None:
+                self.observer(snapshot, actions)
+            self.plans.append(actions)
+            asks = [a for a in actions if isinstance(a, ConfirmAbsence)]
+            if not asks:
+                break
+            assert len(asks) == len(actions), "a plan that asks for live reads writes nothing"
+            self.reads += len(asks)
+            for a in asks:
+                present = a.name in self.nodes if a.kind == "Node" else self.get(a.kind, a.name) is not None
+                checks[(a.kind, a.name)] = not present
         self.apply(actions)
         return actions
 
@@ -233,7 +246,7 @@ class World:
                 skip_event = False
                 continue
             skip_event = False
-            if isinstance(action, RequeueAfter):
+            if isinstance(action, RequeueAfter | ConfirmAbsence):
                 continue
             try:
                 if isinstance(action, Create):

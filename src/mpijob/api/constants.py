@@ -11,6 +11,8 @@ LABEL_REPLICA_INDEX = "training.kubeflow.org/replica-index"
 ROLE_LAUNCHER = "launcher"
 ROLE_WORKER = "worker"
 
+# Annotations under this prefix are the operator's; user templates cannot set them (stripped).
+ANNOTATION_PREFIX = "mpijob.kubeflow.org/"
 # Set on a worker when it leaves discovery; its value is when (RFC 3339). The pod is deleted once
 # elasticPolicy.scaleInGracePeriodSeconds have passed. Being in the API, the decision survives restarts.
 ANNOTATION_LEAVING_SINCE = "mpijob.kubeflow.org/leaving-since"

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from mpijob.api import rules
 from mpijob.api.models import GROUP, KIND, PLURAL, VERSION, JobStatus, MPIJobSpec
 
 _DROP = {"title", "propertyNames"}
@@ -39,55 +40,9 @@ _TEMPLATE_SCHEMA: dict[str, Any] = {
     },
 }
 
-_W = "self.mpiReplicaSpecs['Worker']"
-_E = "self.elasticPolicy"
-_SPEC_RULES: list[dict[str, str]] = [
-    {
-        "rule": "self.mpiReplicaSpecs.all(k, k == 'Launcher' || k == 'Worker')",
-        "message": "keys must be Launcher or Worker",
-        "fieldPath": ".mpiReplicaSpecs",
-    },
-    {
-        "rule": "'Launcher' in self.mpiReplicaSpecs",
-        "message": "mpiReplicaSpecs.Launcher is required",
-        "fieldPath": ".mpiReplicaSpecs",
-    },
-    {
-        "rule": "!('Launcher' in self.mpiReplicaSpecs) || !has(self.mpiReplicaSpecs.Launcher.replicas) || "
-        "self.mpiReplicaSpecs.Launcher.replicas == 1",
-        "message": "mpiReplicaSpecs.Launcher.replicas must be 1",
-        "fieldPath": ".mpiReplicaSpecs.Launcher.replicas",
-    },
-    {
-        "rule": f"has({_E}) || !('Worker' in self.mpiReplicaSpecs) || !has({_W}.replicas) || {_W}.replicas >= 1",
-        "message": "mpiReplicaSpecs.Worker.replicas must be greater than or equal to 1",
-        "fieldPath": ".mpiReplicaSpecs.Worker.replicas",
-    },
-    {
-        "rule": f"!has({_E}) || ('Worker' in self.mpiReplicaSpecs && has({_W}.replicas))",
-        "message": "elasticPolicy needs mpiReplicaSpecs.Worker.replicas",
-        "fieldPath": ".mpiReplicaSpecs.Worker.replicas",
-    },
-    {
-        "rule": f"!has({_E}) || !has({_E}.maxReplicas) || {_E}.maxReplicas >= {_E}.minReplicas",
-        "message": "elasticPolicy.maxReplicas must be greater than or equal to elasticPolicy.minReplicas",
-        "fieldPath": ".elasticPolicy.maxReplicas",
-    },
-    {
-        "rule": f"!has({_E}) || !('Worker' in self.mpiReplicaSpecs) || !has({_W}.replicas) || "
-        f"({_W}.replicas >= {_E}.minReplicas && (!has({_E}.maxReplicas) || {_W}.replicas <= {_E}.maxReplicas))",
-        "message": "mpiReplicaSpecs.Worker.replicas must lie in [elasticPolicy.minReplicas, elasticPolicy.maxReplicas]",
-        "fieldPath": ".mpiReplicaSpecs.Worker.replicas",
-    },
-]
-
-_ROOT_RULES: list[dict[str, str]] = [
-    {
-        "rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$') && size(self.metadata.name) <= 50",
-        "message": "metadata.name must be a DNS-1035 label of at most 50 characters (it names the Service "
-        "and prefixes '-worker-<index>')",
-    }
-]
+# Defined once in rules.py, with the Python predicates the planner checks.
+_SPEC_RULES = rules.cel(rules.SPEC_RULES)
+_ROOT_RULES = rules.cel(rules.ROOT_RULES, with_field_path=False)
 
 
 def _inline(node: Any, defs: dict[str, Any]) -> Any:

@@ -8,9 +8,11 @@ templates stay plain dicts: the planner copies them into children, it never inte
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from mpijob.api.rules import MAX_REPLICAS, MAX_WORKERS_TO_DELETE, POD_NAME_PATTERN
 
 GROUP = "kubeflow.org"
 VERSION = "v2beta1"
@@ -125,8 +127,12 @@ class RunPolicy(_Model):
 
 
 class ReplicaSpec(_Model):
+    # Bounded so that no user number can make a reconcile (or a worker name) grow without limit.
     replicas: int | None = Field(
-        default=None, ge=0, description="Launcher: 1. Worker: how many workers (>= 1, or within elasticPolicy)."
+        default=None,
+        ge=0,
+        le=MAX_REPLICAS,
+        description="Launcher: 1. Worker: how many workers (>= 1, or within elasticPolicy).",
     )
     template: dict[str, Any] = Field(default_factory=dict)
     restart_policy: RestartPolicy | None = Field(
@@ -136,17 +142,27 @@ class ReplicaSpec(_Model):
     )
 
 
+# A pod name of this namespace (DNS-1123 label): refused at admission otherwise, so a junk list costs nothing.
+WorkerName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=POD_NAME_PATTERN)]
+
+
 class ElasticPolicy(_Model):
     """Makes the job elastic: targeted scale-in, node-termination reaction and graceful discovery."""
 
-    min_replicas: int = Field(default=1, alias="minReplicas", ge=1, description="Floor for Worker replicas.")
-    max_replicas: int | None = Field(
-        default=None, alias="maxReplicas", ge=1, description="Ceiling for Worker replicas (>= minReplicas)."
+    min_replicas: int = Field(
+        default=1, alias="minReplicas", ge=1, le=MAX_REPLICAS, description="Floor for Worker replicas."
     )
-    workers_to_delete: list[str] = Field(
+    max_replicas: int | None = Field(
+        default=None,
+        alias="maxReplicas",
+        ge=1,
+        le=MAX_REPLICAS,
+        description="Ceiling for Worker replicas (>= minReplicas).",
+    )
+    workers_to_delete: list[WorkerName] = Field(
         default_factory=list,
         alias="workersToDelete",
-        max_length=1024,
+        max_length=MAX_WORKERS_TO_DELETE,
         description="Worker pod names to remove. Lower Worker replicas by as many to shrink; keep it to "
         "drain and replace. Names are removed by the operator once the worker is gone.",
     )

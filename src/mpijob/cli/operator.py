@@ -67,6 +67,12 @@ def register(subparsers: Any) -> None:
         help="leave jobs without spec.runPolicy.managedBy to another operator (running beside the reference one)",
     )
     op.add_argument("--metrics-bind-address", default=os.environ.get("MPIJOB_METRICS_BIND_ADDRESS", "0.0.0.0"))
+    op.add_argument(
+        "--resync-period",
+        type=float,
+        default=float(os.environ.get("MPIJOB_RESYNC_PERIOD", "300")),
+        help="seconds between relists that drop cached objects deleted during a watch gap (jittered)",
+    )
     op.set_defaults(func=_operator)
 
     inst = subparsers.add_parser("install", help="apply the MPIJob CRD to the current cluster")
@@ -100,6 +106,7 @@ def _operator(args: argparse.Namespace) -> int:
             metrics_address=args.metrics_bind_address,
             controller_name=args.controller_name,
             claim_unmanaged=not args.ignore_unmanaged,
+            resync_period=args.resync_period,
         )
     )
 

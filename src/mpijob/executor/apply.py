@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +20,7 @@ from mpijob.api.models import API_VERSION
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import collection_path, object_path
 from mpijob.executor.sshkeys import ssh_key_pair
-from mpijob.planner.actions import Action, Create, Delete, Emit, Patch, RequeueAfter
+from mpijob.planner.actions import Action, ConfirmAbsence, Create, Delete, Emit, Patch, RequeueAfter
 from mpijob.planner.snapshot import format_time
 
 log = logging.getLogger("mpijob.executor")
@@ -38,12 +39,19 @@ class Outcome:
     created_pods: list[str] = field(default_factory=list)
     # How many actions, from the first, were applied (all of them unless execution stopped early).
     applied: int = 0
+    # (kind, name) of an object a write found gone (404): the cache still has it (a ghost).
+    gone: tuple[str, str] | None = None
+    # Answers to ConfirmAbsence, by (kind, name): True = 404 (gone), False = exists.
+    absence_checks: dict[tuple[str, str], bool] = field(default_factory=dict)
 
 
 class Executor:
     def __init__(self, client: Client, *, post_events: bool = True) -> None:
         self.client = client
         self.post_events = post_events
+        # Checked before every write (leader election sets it): a leader that lost its lease mid-batch stops
+        # at the next write, not at the next job.
+        self.fence: Callable[[], bool] | None = None
 
     async def apply(self, job: dict[str, Any], actions: list[Action]) -> Outcome:
         meta = job.get("metadata") or {}
@@ -60,8 +68,13 @@ class Executor:
                     skip_next_event = False
                     continue
                 skip_next_event = False
+                if isinstance(action, Create | Patch | Delete) and self.fence is not None and not self.fence():
+                    outcome.conflict = "not the leader any more; stopping before the next write"
+                    return outcome
                 if isinstance(action, RequeueAfter):
                     outcome.requeue_after = action.seconds
+                elif isinstance(action, ConfirmAbsence):
+                    outcome.absence_checks[(action.kind, action.name)] = await self._absent(namespace, action)
                 elif isinstance(action, Create):
                     skip_next_event = not await self._create(namespace, action)
                     outcome.writes += 0 if skip_next_event else 1
@@ -87,12 +100,28 @@ class Executor:
                 # (422 from validation, 403, 5xx) is an error and backs off.
                 if err.status in (409, 404) and isinstance(action, Patch):
                     outcome.conflict = f"{action.kind} {action.name}: {err.status} {err.reason}"
+                    if err.status == 404:
+                        outcome.gone = (action.kind, action.name)
                 else:
                     outcome.error = err
                 log.info("stopping %s/%s after %s: %s", namespace, job_name, type(action).__name__, err)
                 return outcome
         outcome.applied = len(actions)
         return outcome
+
+    async def _absent(self, namespace: str, action: ConfirmAbsence) -> bool:
+        """A live GET: True when the API server says 404."""
+        if action.kind == "Node":
+            path = f"/api/v1/nodes/{action.name}"
+        else:
+            path = object_path("v1", action.kind, namespace, action.name)
+        try:
+            await self.client.get(path)
+        except ApiError as err:
+            if err.status == 404:
+                return True
+            raise
+        return False
 
     async def _create(self, namespace: str, action: Create) -> bool:
         obj = copy.deepcopy(action.obj)

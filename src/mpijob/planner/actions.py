@@ -53,4 +53,15 @@ class RequeueAfter:
     seconds: float
 
 
-Action = Create | Patch | Delete | Emit | RequeueAfter
+@dataclass(frozen=True)
+class ConfirmAbsence:
+    """A live read the planner needs before deciding: the cache lacks this object, and a destructive or
+    replica-lowering decision depends on its absence (a cold cache, a watch not delivered yet, a watch gap).
+    The runtime GETs it and passes the answer to the next plan in `Snapshot.absence_checks`; a plan that
+    asks for confirmation writes nothing."""
+
+    kind: str  # "Node" (cluster-scoped) or "Pod" (in the job's namespace)
+    name: str
+
+
+Action = Create | Patch | Delete | Emit | RequeueAfter | ConfirmAbsence

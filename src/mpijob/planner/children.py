@@ -139,7 +139,16 @@ def _add_env(container: Obj, env: list[Obj]) -> None:
 
 def _template_parts(template: dict[str, Any]) -> tuple[Obj, Obj]:
     template = copy.deepcopy(template)
-    return template.get("metadata") or {}, template.get("spec") or {}
+    tmeta = template.get("metadata") or {}
+    if tmeta.get("annotations"):
+        tmeta["annotations"] = user_annotations(tmeta["annotations"])
+    return tmeta, template.get("spec") or {}
+
+
+def user_annotations(annotations: dict[str, Any]) -> dict[str, Any]:
+    """A template's annotations without the operator's own keys (`mpijob.kubeflow.org/*`): they are the
+    operator's bookkeeping (a worker born with `leaving-since` would be deleted as soon as it started)."""
+    return {k: v for k, v in annotations.items() if not str(k).startswith(c.ANNOTATION_PREFIX)}
 
 
 def launcher_job(job: Obj, spec: MPIJobSpec) -> Obj:

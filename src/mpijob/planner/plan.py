@@ -8,15 +8,17 @@ crash at any point leaves a state from which the next reconcile continues the sa
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from pydantic import ValidationError
 
 from mpijob.api import constants as c
+from mpijob.api import rules
 from mpijob.api.models import API_VERSION, CleanPodPolicy, LauncherCreationPolicy, MPIJobSpec
 from mpijob.planner import children
 from mpijob.planner import status as st
-from mpijob.planner.actions import Action, Create, Delete, Emit, Patch, RequeueAfter
+from mpijob.planner.actions import Action, ConfirmAbsence, Create, Delete, Emit, Patch, RequeueAfter
 from mpijob.planner.hostfile import discover_hosts_script, hostfile
 from mpijob.planner.snapshot import (
     Obj,
@@ -33,41 +35,43 @@ from mpijob.planner.snapshot import (
     pod_ready,
     uid_of,
 )
-from mpijob.planner.workers import FINISHED_PHASES, WorkerPlan, plan_workers, workers_of
+from mpijob.planner.workers import FINISHED_PHASES, WorkerPlan, absences_to_confirm, plan_workers, workers_of
 
 
 def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
-    """Parses the spec and checks what the schema cannot (or what an older CRD may have let through)."""
+    """Parses the spec and checks the cross-field rules: the same definitions the CRD is generated from
+    (models and `api/rules.py`), for objects an older CRD let through or edited while we were down."""
+    errors = [f"{r.field_path.lstrip('.')}: {r.message}" for r in rules.broken(rules.ROOT_RULES, job)]
+    raw = job.get("spec") or {}
     try:
-        spec = MPIJobSpec.model_validate(job.get("spec") or {})
-    except ValidationError as err:
-        errors = []
+        # Strict, from JSON, as the API server reads it: "2" or true for an integer is an error, not a 2 or a 1.
+        spec = MPIJobSpec.model_validate_json(json.dumps(raw), strict=True)
+    except (TypeError, ValueError) as err:
+        if not isinstance(err, ValidationError):
+            return None, [*errors, f"spec: not JSON ({err})"]
         for e in err.errors():
             field = ".".join(str(p) for p in e["loc"])
             errors.append(f"spec.{field}: {e['msg']}")
         return None, errors
-    errors = []
-    launcher = spec.mpi_replica_specs.get("Launcher")  # type: ignore[call-overload]
-    if launcher is None:
-        errors.append("spec.mpiReplicaSpecs.Launcher: is required")
-    elif launcher.replicas not in (None, 1):
-        errors.append("spec.mpiReplicaSpecs.Launcher.replicas: must be 1")
+    errors += [f"spec{r.field_path}: {r.message}" for r in rules.broken(rules.SPEC_RULES, raw)]
     for kind, rspec in spec.mpi_replica_specs.items():
+        # The CRD's template schema: at least one container.
         if not (rspec.template.get("spec") or {}).get("containers"):
             errors.append(f"spec.mpiReplicaSpecs.{kind}.template.spec.containers: at least one container")
-    ep = spec.elastic_policy
-    if ep is not None:
-        if ep.max_replicas is not None and ep.max_replicas < ep.min_replicas:
-            errors.append("spec.elasticPolicy.maxReplicas: must be >= minReplicas")
-        replicas = spec.worker_replicas
-        if replicas < ep.min_replicas or (ep.max_replicas is not None and replicas > ep.max_replicas):
-            errors.append("spec.mpiReplicaSpecs.Worker.replicas: must lie in [minReplicas, maxReplicas]")
-    elif spec.worker is not None and spec.worker_replicas < 1:
-        errors.append("spec.mpiReplicaSpecs.Worker.replicas: must be greater than or equal to 1")
-    name = name_of(job)
-    if len(c.worker_name(name, max(spec.worker_replicas - 1, 0))) > 63:
-        errors.append("metadata.name: too long; worker pod names must be DNS labels (<= 63 characters)")
     return spec, errors
+
+
+SLOW_START_CREATES = 16
+MAX_CREATES_PER_RECONCILE = 500
+
+
+def create_budget(existing_workers: int) -> int:
+    """How many worker pods one reconcile may create: 16 at first, then about twice what exists."""
+    return min(MAX_CREATES_PER_RECONCILE, max(SLOW_START_CREATES, 2 * existing_workers))
+
+
+# Worker names "<job>-worker-<index>" stay DNS labels (<= 63) for names up to 50 characters.
+MAX_WORKER_INDEX = 99_999
 
 
 class _Planner:
@@ -117,12 +121,37 @@ class _Planner:
         self.conflicts.append(f"{kind} {name}")
         return False
 
+    def foreign_children(self) -> list[str]:
+        """Objects with the names of this job's Service, ConfigMap, Secret or launcher Job that it does not
+        own. While any exists, no worker or launcher is created."""
+        named = (
+            ("Service", self.s.service),
+            ("ConfigMap", self.s.config_map),
+            ("Secret", self.s.secret),
+            ("Job", self.s.launcher),
+        )
+        return [kind for kind, obj in named if obj is not None and not is_owned_by(obj, self.job)]
+
     def last_worker_index(self) -> int:
+        """status.lastWorkerIndex, read strictly: anything but an integer in [0, MAX_WORKER_INDEX] (a status
+        writer's typo, a huge number that would make worker names invalid) is ignored; the highest index
+        of an existing worker takes its place, and the next status write corrects it."""
         value = self.status.get("lastWorkerIndex")
-        return int(value) if value is not None else -1
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_WORKER_INDEX:
+            return value
+        if value is not None:
+            del self.status["lastWorkerIndex"]
+            taken = [i for p in self.workers if (i := c.worker_index(self.name, name_of(p))) is not None]
+            if taken:
+                self.status["lastWorkerIndex"] = max(taken)
+        return -1 if "lastWorkerIndex" not in self.status else int(self.status["lastWorkerIndex"])
 
     # -- the plan ------------------------------------------------------------------------------------
     def run(self) -> list[Action]:
+        if st.is_true(self.status, st.INVALID_SPEC):
+            # A bad edit was fixed: the job goes on from where it was.
+            st.set_condition(self.status, st.INVALID_SPEC, False, "SpecFixed", "the spec is valid again", self.now)
+            self.status_events.append(Emit("Normal", "SpecFixed", "the spec is valid again; resuming"))
         if not self.status.get("conditions"):
             self.condition(
                 st.CREATED,
@@ -200,6 +229,13 @@ class _Planner:
         start = len(self.actions)
         for pod in wp.to_delete:
             self.delete_pod(pod, "suspended" if suspended else "leaving the job")
+        if self.foreign_children():
+            # Fail closed: a worker would mount someone else's discover_hosts.sh or SSH key.
+            wp.to_create = []
+        # Slow start, as ReplicaSets do: a job cannot flood the API server (or a quota) with creates; each
+        # reconcile may create about as many workers as exist, and the next one (woken by their watch
+        # events) more.
+        wp.to_create = wp.to_create[: create_budget(len(self.workers))]
         for index in wp.to_create:
             self.create(children.worker_pod(self.job, spec, index, self.s.config.cluster_domain))
         self.last += self.actions[start:]
@@ -322,6 +358,8 @@ class _Planner:
         if owned is False:
             return
         if current is None:
+            if self.foreign_children():
+                return
             ready = len(wp.kept) >= spec.worker_replicas and all(pod_ready(p) for p in wp.kept)
             if spec.launcher_creation_policy is LauncherCreationPolicy.AT_STARTUP or (ready and not wp.to_create):
                 # After the workers (which follow the status write), as the reference creates them.
@@ -409,6 +447,8 @@ class _Planner:
         enough = (
             len(running) >= ep.min_replicas if ep else len(running) == self.spec.worker_replicas and not wp.to_create
         )
+        if ep is not None:
+            self.floor_condition(len(running), ep.min_replicas)
         if launcher_running and enough:
             self.condition(
                 st.RUNNING,
@@ -419,6 +459,19 @@ class _Planner:
         elif st.is_true(self.status, st.RUNNING):
             why = "launcher is not running" if not launcher_running else "not enough workers are running"
             self.condition(st.RUNNING, False, "MPIJobNotRunning", why, event=None)
+
+    def floor_condition(self, running: int, floor: int) -> None:
+        """Says when a job that was running cannot hold its floor (workers lost faster than replaced, or
+        replacements that cannot be placed), and when it holds it again."""
+        below = running < floor
+        if below and (st.is_true(self.old_status, st.RUNNING) or st.is_true(self.status, st.BELOW_MIN_REPLICAS)):
+            message = f"{running} of minReplicas {floor} workers are running"
+            # No Event: a worker lost at the floor dips below it until its replacement runs; that is normal.
+            self.condition(st.BELOW_MIN_REPLICAS, True, "BelowMinReplicas", message, event=None)
+        elif not below and st.is_true(self.status, st.BELOW_MIN_REPLICAS):
+            self.condition(
+                st.BELOW_MIN_REPLICAS, False, "MinReplicasRunning", f"{running} workers are running", event=None
+            )
 
     def launcher_status(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -436,6 +489,11 @@ class _Planner:
             message = (
                 f"{'; '.join(sorted(set(self.conflicts)))}: exists and is not owned by this MPIJob; "
                 "it is left untouched. Delete or rename it."
+                + (
+                    " No worker or launcher is created until then (they would use its configuration)."
+                    if self.foreign_children()
+                    else ""
+                )
             )
             if st.set_condition(self.status, st.RESOURCE_CONFLICT, True, "NotOwned", message, self.now):
                 self.status_events.append(Emit("Warning", "ResourceConflict", message))
@@ -566,8 +624,53 @@ def plan(snapshot: Snapshot) -> list[Action]:
         return []
     spec, errors = validate(job)
     if spec is None or errors:
+        if _started(snapshot):
+            return _invalid_edit(snapshot, errors)
         return _invalid(snapshot, errors)
+    needed = absences_to_confirm(snapshot, spec)
+    if needed:
+        # Absence is not deletion: nothing is decided until a live read answered (issue 8, rule 1).
+        return [ConfirmAbsence(kind, name) for kind, name in needed]
     return _Planner(snapshot, spec).run()
+
+
+def _started(snapshot: Snapshot) -> bool:
+    """Whether the job ever ran or has anything running: then a bad spec is an edit, not a bad job."""
+    status = snapshot.job.get("status") or {}
+    launcher = snapshot.launcher
+    return (
+        bool(status.get("startTime"))
+        or bool(snapshot.owned_pods)
+        or (launcher is not None and is_owned_by(launcher, snapshot.job))
+    )
+
+
+def _invalid_edit(snapshot: Snapshot, errors: list[str]) -> list[Action]:
+    """A started job whose spec became invalid: said in a condition and a Warning naming the field, and
+    nothing else. It is neither finished nor cleaned up (a typo must not end a week of training); its pods
+    are left alone; fixing the spec resumes it where it was."""
+    old = copy.deepcopy(snapshot.job.get("status") or {})
+    status = copy.deepcopy(old)
+    now = format_time(snapshot.now)
+    message = "; ".join(errors) + "; the job is left as it was until the spec is fixed"
+    flipped = st.set_condition(status, st.INVALID_SPEC, True, "InvalidSpecEdit", message, now)
+    # Only the condition changes: `state` and everything else keep what the last valid plan wrote.
+    status["state"] = old.get("state", st.state(old))
+    if status == old:
+        return []
+    status["lastReconcileTime"] = now
+    patch = Patch(
+        API_VERSION,
+        "MPIJob",
+        name_of(snapshot.job),
+        {"status": _merge_patch_to(old, status)},
+        resource_version=meta(snapshot.job).get("resourceVersion"),
+        subresource="status",
+    )
+    actions: list[Action] = [patch]
+    if flipped:
+        actions.append(Emit("Warning", "ValidationError", message))
+    return actions
 
 
 def _invalid(snapshot: Snapshot, errors: list[str]) -> list[Action]:

@@ -55,6 +55,12 @@ class Snapshot:
     # Nodes by name. A node a worker is bound to that is missing here has been deleted.
     nodes: Mapping[str, Obj] = field(default_factory=dict)
     config: OperatorConfig = field(default_factory=OperatorConfig)
+    # Live reads of objects missing from the cache, by (kind, name): True = the API server said 404 (really
+    # gone), False = it exists (the cache is behind). Absence from the cache alone decides nothing.
+    absence_checks: Mapping[tuple[str, str], bool] = field(default_factory=dict)
+
+    def confirmed_absent(self, kind: str, name: str) -> bool:
+        return self.absence_checks.get((kind, name)) is True
 
 
 def meta(obj: Obj) -> Obj:
@@ -86,7 +92,10 @@ def controller_uid(obj: Obj) -> str | None:
 
 
 def is_owned_by(obj: Obj, owner: Obj) -> bool:
-    return controller_uid(obj) == uid_of(owner)
+    """`owner` is `obj`'s controller. Owner references are namespace-local: one across namespaces (a uid
+    copied into another namespace's object) is ignored."""
+    ns = meta(obj).get("namespace")
+    return controller_uid(obj) == uid_of(owner) and (ns is None or ns == meta(owner).get("namespace"))
 
 
 def is_terminating(obj: Obj) -> bool:
@@ -94,12 +103,18 @@ def is_terminating(obj: Obj) -> bool:
 
 
 def parse_time(value: str | None) -> datetime | None:
-    if not value:
+    """An RFC 3339 time, or None for anything else: annotations and status fields can be edited by hand,
+    and a bad one must not wedge the job. Naive times (comparing them with an aware `now` raises) and
+    years outside 1970..9000 (adding a grace period would overflow) count as bad."""
+    if not value or not isinstance(value, str):
         return None
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:  # annotations can be edited by hand; a bad one must not wedge the job
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
         return None
+    if parsed.tzinfo is None or parsed.utcoffset() is None or not 1970 <= parsed.year <= 9000:
+        return None
+    return parsed
 
 
 def format_time(value: datetime) -> str:

@@ -12,6 +12,10 @@ FAILED = "Failed"
 SUSPENDED = "Suspended"
 # Ours: a child object's name is held by an object this job does not own.
 RESOURCE_CONFLICT = "ResourceConflict"
+# Ours: an elastic job that was running has fewer Running workers than minReplicas (the floor is not held).
+BELOW_MIN_REPLICAS = "BelowMinReplicas"
+# Ours: an edit made a started job's spec invalid; it is left as it was until the spec is fixed.
+INVALID_SPEC = "InvalidSpec"
 
 Status = dict[str, Any]
 

@@ -31,6 +31,8 @@ from mpijob.planner.snapshot import (
 )
 
 FINISHED_PHASES = ("Failed", "Succeeded")
+# Bad workersToDelete names spelled out in the one Warning that reports them.
+BAD_NAMES_SHOWN = 10
 
 
 @dataclass
@@ -63,6 +65,9 @@ class WorkerPlan:
     discovery_names: list[str] = field(default_factory=list)
     foreign_names: list[str] = field(default_factory=list)
     wake_after: float | None = None
+    # Serving workers on a cordoned node kept in service (not listed) so that a soft signal never takes the
+    # job below minReplicas; as many replacements are created first (make before break).
+    held: list[str] = field(default_factory=list)
 
 
 def workers_of(snapshot: Snapshot) -> list[Obj]:
@@ -70,8 +75,11 @@ def workers_of(snapshot: Snapshot) -> list[Obj]:
     return [
         p
         for p in snapshot.owned_pods
-        if labels_of(p).get(c.LABEL_JOB_ROLE) == c.ROLE_WORKER
-        or (labels_of(p).get(c.LABEL_JOB_ROLE) is None and c.worker_index(job_name, name_of(p)) is not None)
+        if is_owned_by(p, snapshot.job)
+        and (
+            labels_of(p).get(c.LABEL_JOB_ROLE) == c.ROLE_WORKER
+            or (labels_of(p).get(c.LABEL_JOB_ROLE) is None and c.worker_index(job_name, name_of(p)) is not None)
+        )
     ]
 
 
@@ -81,12 +89,13 @@ def index_of(job_name: str, pod: Obj) -> int:
 
 
 def node_signal(snapshot: Snapshot, node: str | None) -> str | None:
-    """Why a node is going away, or None. A node missing from the (synced) cache has been deleted."""
+    """Why a node is going away, or None. A node missing from the cache counts as deleted only once a live
+    read confirmed it (see `absences_to_confirm`)."""
     if node is None:
         return None
     obj = snapshot.nodes.get(node)
     if obj is None:
-        return "deleted"
+        return "deleted" if snapshot.confirmed_absent("Node", node) else None
     if is_terminating(obj):
         return "deleted"
     spec = obj.get("spec") or {}
@@ -98,12 +107,72 @@ def node_signal(snapshot: Snapshot, node: str | None) -> str | None:
     return None
 
 
+# Signals that only say a node *may* go: a cordon (drains, but also maintenance and debugging start with one).
+SOFT_SIGNALS = frozenset({"cordoned"})
+
+
+def _hold_soft_signals(
+    signals: list[Signal], serving: list[Obj], min_replicas: int, job_name: str
+) -> tuple[list[Signal], list[Obj]]:
+    """Splits the signals into those acted on now and the soft ones held back: a soft signal may take the
+    serving workers down to minReplicas, never below; below it, replacements must run first. Only a hard
+    signal (node deleted, a termination taint, out-of-service) removes serving workers below the floor."""
+    soft = [s for s in signals if s.signal in SOFT_SIGNALS and pod_phase(s.pod) == "Running"]
+    if not soft:
+        return signals, []
+    hard_serving = sum(1 for s in signals if s.signal not in SOFT_SIGNALS and pod_phase(s.pod) == "Running")
+    allowed = max(0, len(serving) - hard_serving - min_replicas)
+    ranked = rank_victims([s.pod for s in soft], lambda p: index_of(job_name, p), lambda _: True)
+    hold = {name_of(p) for p in ranked[allowed:]}
+    return [s for s in signals if name_of(s.pod) not in hold], [s.pod for s in soft if name_of(s.pod) in hold]
+
+
+# Live reads asked for in one plan; the rest are asked for by the next one (bounded work per reconcile).
+MAX_CONFIRMATIONS = 16
+
+
+def absences_to_confirm(snapshot: Snapshot, spec: MPIJobSpec) -> list[tuple[str, str]]:
+    """(kind, name) of objects missing from the cache whose absence would drive a destructive or
+    replica-lowering decision and that no live read has answered yet: the node of a live worker of an
+    elastic job (node deleted -> scale-in, immediate delete), and a worker that was serving at the last
+    status write (vanished -> counted as lost in a ScaleIn job)."""
+    policy = spec.elastic_policy
+    if policy is None or spec.run_policy.suspend:
+        return []
+    needed: list[tuple[str, str]] = []
+    workers = workers_of(snapshot)
+    for pod in workers:
+        node = pod_node(pod)
+        if node is None or is_terminating(pod) or node in snapshot.nodes:
+            continue
+        if ("Node", node) not in snapshot.absence_checks and ("Node", node) not in needed:
+            needed.append(("Node", node))
+    if policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN:
+        names = {name_of(p) for p in workers}
+        listed = set(policy.workers_to_delete)
+        for name in (snapshot.job.get("status") or {}).get("discoveredHosts") or []:
+            if not isinstance(name, str) or name in names or name in listed:
+                continue
+            if c.worker_index(name_of(snapshot.job), name) is None:
+                continue  # not a name of ours: never counted, nothing to confirm
+            if ("Pod", name) not in snapshot.absence_checks:
+                needed.append(("Pod", name))
+    return needed[:MAX_CONFIRMATIONS]
+
+
 def _is_leaving(pod: Obj) -> bool:
     return c.ANNOTATION_LEAVING_SINCE in annotations_of(pod)
 
 
 def _leaving_since(pod: Obj, default: datetime) -> datetime:
-    return parse_time(annotations_of(pod).get(c.ANNOTATION_LEAVING_SINCE)) or default
+    # Never later than now: a time in the future (edited by hand) would keep the worker leaving forever.
+    since = parse_time(annotations_of(pod).get(c.ANNOTATION_LEAVING_SINCE)) or default
+    return min(since, default)
+
+
+def _bad_since(pod: Obj, now: datetime) -> bool:
+    since = parse_time(annotations_of(pod).get(c.ANNOTATION_LEAVING_SINCE))
+    return since is None or since > now
 
 
 def _still_discovered(snapshot: Snapshot, pod_name: str) -> bool:
@@ -194,6 +263,7 @@ def _plan_elastic(
     #    crash in between can never make step 2 count the same lost worker twice.
     previously_discovered = set((snapshot.job.get("status") or {}).get("discoveredHosts") or [])
     listed: list[str] = []
+    bad: list[str] = []
     for name in dict.fromkeys(policy.workers_to_delete):
         pod = by_name.get(name)
         if pod is None:
@@ -203,19 +273,25 @@ def _plan_elastic(
             if name in previously_leaving:
                 result.events.append(("Normal", "WorkerRemoved", f"worker {name} is gone"))
             else:
-                why = _describe_bad_name(snapshot, name)
-                result.events.append(
-                    (
-                        "Warning",
-                        "InvalidWorkerToDelete",
-                        f"spec.elasticPolicy.workersToDelete: {name!r} {why}; dropped from the list",
-                    )
-                )
+                bad.append(f"{name!r} {_describe_bad_name(snapshot, name)}")
             continue
         if is_terminating(pod) and (_is_leaving(pod) or name in previously_leaving):
             result.events.append(("Normal", "WorkerRemoved", f"worker {name} is being deleted"))
             continue
         listed.append(name)
+
+    if bad:
+        # One Event however many names are bad: a long junk list must not use up the API budget.
+        shown = "; ".join(bad[:BAD_NAMES_SHOWN]) + (
+            f"; and {len(bad) - BAD_NAMES_SHOWN} more" if len(bad) > BAD_NAMES_SHOWN else ""
+        )
+        result.events.append(
+            (
+                "Warning",
+                "InvalidWorkerToDelete",
+                f"spec.elasticPolicy.workersToDelete: {shown}; dropped from the list",
+            )
+        )
 
     # 2. Node-termination signals and workers removed by someone else (eviction, kubectl delete, failure).
     listed_set = set(listed)
@@ -228,8 +304,13 @@ def _plan_elastic(
     ]
     external = [p for p in unaccounted if is_terminating(p) or pod_phase(p) in FINISHED_PHASES]
     # Serving at the last status write, now gone without our doing (deleted while we were down, or with
-    # no grace period): the cache only forgets a pod on its deletion event, so absence means deleted.
-    vanished = [n for n in sorted(previously_discovered) if n not in by_name and n not in listed_set]
+    # no grace period). Counted only once a live read confirmed it: absence from the cache alone may be a
+    # watch gap or a cache behind (issue 8, rule 1).
+    vanished = [
+        n
+        for n in sorted(previously_discovered)
+        if n not in by_name and n not in listed_set and snapshot.confirmed_absent("Pod", n)
+    ]
     if not suspended and policy.node_termination_policy is not NodeTerminationPolicy.IGNORE:
         for pod in unaccounted:
             if pod in external:
@@ -237,6 +318,9 @@ def _plan_elastic(
             signal = node_signal(snapshot, pod_node(pod))
             if signal is not None:
                 result.signals.append(Signal(pod, pod_node(pod) or "", signal))
+        serving = [p for p in unaccounted if p not in external and pod_phase(p) == "Running"]
+        result.signals, held = _hold_soft_signals(result.signals, serving, policy.min_replicas, job_name)
+        result.held = [name_of(p) for p in held]
     new_replicas = replicas
     additions: list[str] = [s.pod["metadata"]["name"] for s in result.signals]
     if policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended:
@@ -294,7 +378,10 @@ def _plan_elastic(
         if _is_leaving(pod):
             # Marked, but our discover_hosts.sh still lists it: the crash came between the mark and the
             # discovery change. Mark it again, so the grace period counts from when it really left.
-            if _still_discovered(snapshot, name_of(pod)) and pod_phase(pod) == "Running" and not is_terminating(pod):
+            # Or its time is unreadable or in the future (edited by hand): mark it again with a good one, or
+            # it would count from "now" at every reconcile and never be deleted.
+            redo = _still_discovered(snapshot, name_of(pod)) or _bad_since(pod, now)
+            if redo and pod_phase(pod) == "Running" and not is_terminating(pod):
                 reason = annotations_of(pod).get(c.ANNOTATION_LEAVING_REASON, "workersToDelete")
                 result.to_leave.append(Leave(pod, reason))
             continue
@@ -307,9 +394,11 @@ def _plan_elastic(
         elif not counts(pod):
             result.to_leave.append(Leave(pod, f"worker {pod_phase(pod)}"))
     target = 0 if suspended else replicas
-    if len(kept) > target:
+    # Held workers keep serving until as many replacements run: they are counted on top of the target.
+    surge = 0 if suspended else len(result.held)
+    if len(kept) > target + surge:
         ranked = rank_victims(kept, lambda p: index_of(job_name, p), lambda n: node_signal(snapshot, n) is not None)
-        excess = ranked[: len(kept) - target]
+        excess = ranked[: len(kept) - target - surge]
         result.to_leave += [Leave(p, "suspended" if suspended else "scale-down") for p in excess]
         gone = {name_of(p) for p in excess}
         kept = [p for p in kept if name_of(p) not in gone]
@@ -341,11 +430,24 @@ def _plan_elastic(
     ceiling = max([last_index, *taken], default=-1) + replicas + 1
     # A foreign name is skipped wherever new indexes go; those below the ceiling are reported.
     result.foreign_names = [c.worker_name(job_name, i) for i in _foreign_indexes(snapshot, job_name, ceiling)]
-    if len(kept) < target:
+    if len(kept) < target + surge:
         # Foreign pods only block a name; they do not move Append's starting point.
         result.to_create = new_indexes(
-            target - len(kept), taken, lambda i: _is_foreign(snapshot, job_name, i), policy.index_policy, last_index
+            target + surge - len(kept),
+            taken,
+            lambda i: _is_foreign(snapshot, job_name, i),
+            policy.index_policy,
+            last_index,
         )
+        if surge:
+            result.events.append(
+                (
+                    "Normal",
+                    "FloorHeld",
+                    f"workers {', '.join(result.held)} are on a cordoned node; they keep serving until "
+                    f"replacements run (minReplicas {policy.min_replicas})",
+                )
+            )
     result.kept = sorted(kept, key=lambda p: index_of(job_name, p))
     hosts = [(index_of(job_name, p), name_of(p)) for p in kept]
     hosts += [(i, c.worker_name(job_name, i)) for i in result.to_create]

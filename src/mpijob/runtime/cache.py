@@ -104,8 +104,10 @@ class Cache:
     def mpijob_keys(self) -> list[Key]:
         return list(self.indexes.get("mpijobs") or {})
 
-    def _owned_pods(self, uid: str) -> list[Obj]:
-        keys = self.indexes["pods_by_owner"].get(uid) or ()
+    def _owned_pods(self, uid: str, namespace: str) -> list[Obj]:
+        # Namespaces are walls: an owner reference is namespace-local, so a pod of another namespace that
+        # names this uid (copied by hand) is not this job's.
+        keys = [k for k in self.indexes["pods_by_owner"].get(uid) or () if k[0] == namespace]
         pods = (_one(self.indexes["pods"], k) for k in keys)
         return [p for p in pods if p is not None]
 
@@ -116,11 +118,11 @@ class Cache:
         meta = job["metadata"]
         ns, name, uid = meta["namespace"], meta["name"], meta["uid"]
         launcher = _one(self.indexes["jobs"], (ns, c.launcher_name(name)))
-        launcher_pods = self._owned_pods(launcher["metadata"]["uid"]) if launcher else []
+        launcher_pods = self._owned_pods(launcher["metadata"]["uid"], ns) if launcher else []
         return Snapshot(
             job=job,
             now=now,
-            owned_pods=self._owned_pods(uid),
+            owned_pods=self._owned_pods(uid, ns),
             pods_by_name=_NamespacePods(self.indexes["pods"], ns),
             launcher=launcher,
             launcher_pods=launcher_pods,

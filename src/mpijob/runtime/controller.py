@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -18,11 +18,11 @@ import kopf
 
 from mpijob.api import constants as c
 from mpijob.api.models import GROUP, KIND, PLURAL, VERSION
-from mpijob.executor.apply import Executor
+from mpijob.executor.apply import Executor, Outcome
 from mpijob.executor.client import ApiError
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import OperatorConfig
-from mpijob.runtime import slim
+from mpijob.runtime import resync, slim
 from mpijob.runtime.cache import Cache, Key
 from mpijob.runtime.workqueue import WorkQueue
 
@@ -32,6 +32,8 @@ log = logging.getLogger("mpijob.controller")
 # so a conflicting object that goes away wakes its job up.
 # How long a reconcile waits for the cache to show pods it created before planning anyway.
 EXPECTATION_TIMEOUT = 10.0
+# Rounds of live reads one reconcile may do before planning (each round is bounded by the planner).
+CONFIRM_ROUNDS = 3
 _SUFFIXES = tuple(name("") for name in (c.launcher_name, c.config_map_name, c.secret_name, c.pdb_name))
 
 
@@ -76,6 +78,10 @@ class Stats:
     writes: int = 0
     errors: int = 0
     conflicts: int = 0
+    # Cached objects found gone from the API server (relist or a 404 on a write) and dropped.
+    ghosts: int = 0
+    # GETs made to confirm that an object missing from the cache is really gone.
+    live_reads: int = 0
     reconcile_seconds: float = 0.0
     started: float = field(default_factory=time.monotonic)
 
@@ -102,6 +108,8 @@ class Controller:
         self.written: dict[Key, int] = {}
         self.expected_pods: dict[Key, tuple[set[str], float]] = {}
         self.leading = asyncio.Event()
+        # Leadership fences every write, not only each dequeued key (issue 8, rule 11).
+        executor.fence = self.leading.is_set
 
     # -- watch side --------------------------------------------------------------------------------
     def register(self, registry: kopf.OperatorRegistry) -> None:
@@ -184,6 +192,23 @@ class Controller:
         on_event(("policy", "v1", "poddisruptionbudgets"), child_keys, "pdb_events")
         on_event(("v1", "nodes"), node_keys, "node_events")
 
+    def forget_ghost(self, kind: str, obj: dict[str, Any]) -> None:
+        """Enqueues the jobs a cached object that is gone from the API server belonged to (before it is
+        dropped from the cache): they plan again without it."""
+        meta = obj.get("metadata") or {}
+        ns, name = meta.get("namespace"), str(meta.get("name"))
+        self.stats.ghosts += 1
+        if kind == "Node":
+            keys = self.cache.jobs_on_node(name) if self.cache.ready else []
+        elif kind == "MPIJob":
+            keys = [(str(ns), name)]
+        else:
+            keys = [(str(ns), n) for n in _job_names_for(name, meta.get("labels"), meta)]
+            if kind == "Service":
+                keys.append((str(ns), name))
+        for key in dict.fromkeys(keys):
+            self.queue.add(key)
+
     # -- work side ---------------------------------------------------------------------------------
     def _pods_seen(self, key: Key) -> bool:
         """Whether the cache shows every pod we created for this job (or we stopped waiting)."""
@@ -208,8 +233,7 @@ class Controller:
         if not self._pods_seen(key):
             return 0.05  # our pod creates are not in the cache yet; their events will enqueue us too
         started = time.perf_counter()
-        actions = plan(self.cache.snapshot(job, self.clock(), self.config))
-        outcome = await self.executor.apply(job, actions)
+        outcome = await self._plan_and_apply(job)
         self.stats.reconciles += 1
         self.stats.writes += outcome.writes
         self.stats.reconcile_seconds += time.perf_counter() - started
@@ -221,11 +245,32 @@ class Controller:
             self.expected_pods[key] = (set(outcome.created_pods), time.monotonic() + EXPECTATION_TIMEOUT)
         if outcome.error is not None:
             raise outcome.error
+        if outcome.gone is not None:
+            # A write found the object gone: the cache entry is a ghost (a watch gap). Drop it now rather
+            # than retry the same write every 0.2 s until the next relist.
+            ghost = resync.cached_object(self.cache, outcome.gone[0], key[0], outcome.gone[1])
+            if ghost is not None:
+                self.forget_ghost(outcome.gone[0], ghost)
+                resync.drop(self.cache, outcome.gone[0], ghost)
         if outcome.conflict is not None:
             self.stats.conflicts += 1
             log.debug("%s/%s: %s; will retry on fresh data", *key, outcome.conflict)
             return 0.2
         return outcome.requeue_after
+
+    async def _plan_and_apply(self, job: dict[str, Any]) -> Outcome:
+        """plan -> apply; a plan that asks for live reads (ConfirmAbsence) gets them and is made again with
+        the answers (a few rounds at most; each round asks for a bounded number of reads)."""
+        checks: dict[tuple[str, str], bool] = {}
+        for _ in range(CONFIRM_ROUNDS):
+            snapshot = replace(self.cache.snapshot(job, self.clock(), self.config), absence_checks=dict(checks))
+            actions = plan(snapshot)
+            outcome = await self.executor.apply(job, actions)
+            if not outcome.absence_checks or outcome.error is not None:
+                return outcome
+            self.stats.live_reads += len(outcome.absence_checks)
+            checks.update(outcome.absence_checks)
+        return outcome
 
     async def worker(self) -> None:
         await self.warm.wait()

@@ -24,6 +24,7 @@ from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
 from mpijob.api.models import MANAGED_BY_US
 from mpijob.executor.client import Client
 from mpijob.planner.snapshot import OperatorConfig
+from mpijob.runtime import resync
 from mpijob.runtime.controller import Controller
 from mpijob.runtime.metrics import InstrumentedController, InstrumentedExecutor, Metrics
 
@@ -49,6 +50,8 @@ class OperatorOptions:
     metrics_address: str = "0.0.0.0"
     controller_name: str = MANAGED_BY_US
     claim_unmanaged: bool = True
+    # Seconds between relists of the cached kinds (jittered); watch gaps close within this.
+    resync_period: float = resync.PERIOD
 
 
 class _JsonFormatter(logging.Formatter):
@@ -169,6 +172,7 @@ async def run(
         controller.leading.set()
         election = None
     workers = asyncio.create_task(controller.run_workers())
+    relist = asyncio.create_task(_resync(controller, executor.client, options))
     log.info(
         "operator started: namespaces=%s workers=%d qps=%s burst=%d",
         options.namespaces or "all",
@@ -180,12 +184,21 @@ async def run(
         await kopf_task
     finally:
         workers.cancel()
+        relist.cancel()
         if election is not None:
             election.cancel()
-        await asyncio.gather(workers, *([election] if election else []), return_exceptions=True)
+        await asyncio.gather(workers, relist, *([election] if election else []), return_exceptions=True)
         controller.queue.shutdown()
         await api.close()
     return controller
+
+
+async def _resync(controller: Controller, client: Client, options: OperatorOptions) -> None:
+    """Closes watch gaps: a periodic relist drops cached objects the API server no longer has."""
+    await controller.warm.wait()
+    await resync.resync_forever(
+        client, controller.cache, controller.forget_ghost, options.namespaces, period=options.resync_period
+    )
 
 
 async def _lead(api: k8s_client.ApiClient, options: OperatorOptions, controller: Controller) -> None:

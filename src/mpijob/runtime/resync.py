@@ -1,0 +1,168 @@
+"""Closing watch gaps: a periodic, jittered, paged relist of what the operator caches.
+
+kopf (1.45) re-lists a resource after its watch expired (410 Gone) but keeps the index entries of objects
+deleted during the gap: such a ghost pod would count as a kept worker and stay in discovery until the
+operator restarts. `relist_once` lists every cached kind (paged), and drops from the indexes each cached
+object the list does not have, provided the cache's copy is not newer than the list (an object created
+after the list started is not a ghost); the jobs the ghosts belonged to are enqueued. A write that gets
+404 confirms a ghost at once (`drop`), instead of a retry every 0.2 s.
+
+Dropping uses kopf's index protocol (`Index._discard(acckey)`, acckey = (namespace, name, uid)); a unit
+test pins it against the installed kopf.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from mpijob.api.models import GROUP, PLURAL, VERSION
+from mpijob.executor.client import Client
+from mpijob.runtime.cache import Cache
+
+log = logging.getLogger("mpijob.resync")
+
+Obj = dict[str, Any]
+
+PAGE = 500
+PERIOD = 300.0
+JITTER = 0.2
+
+
+@dataclass(frozen=True)
+class Kind:
+    kind: str
+    # List path, cluster-wide ({ns} for per-namespace lists when the operator watches namespaces).
+    path: str
+    ns_path: str | None
+    # The index keyed by (namespace, name) (by name for nodes), and every index the resource feeds.
+    primary: str
+    indexes: tuple[str, ...]
+
+
+KINDS: tuple[Kind, ...] = (
+    Kind(
+        "MPIJob",
+        f"/apis/{GROUP}/{VERSION}/{PLURAL}",
+        f"/apis/{GROUP}/{VERSION}/namespaces/{{ns}}/{PLURAL}",
+        "mpijobs",
+        ("mpijobs",),
+    ),
+    Kind("Pod", "/api/v1/pods", "/api/v1/namespaces/{ns}/pods", "pods", ("pods", "pods_by_owner", "pods_by_node")),
+    Kind("Job", "/apis/batch/v1/jobs", "/apis/batch/v1/namespaces/{ns}/jobs", "jobs", ("jobs",)),
+    Kind("Service", "/api/v1/services", "/api/v1/namespaces/{ns}/services", "services", ("services",)),
+    Kind("ConfigMap", "/api/v1/configmaps", "/api/v1/namespaces/{ns}/configmaps", "configmaps", ("configmaps",)),
+    Kind("Secret", "/api/v1/secrets", "/api/v1/namespaces/{ns}/secrets", "secrets", ("secrets",)),
+    Kind(
+        "PodDisruptionBudget",
+        "/apis/policy/v1/poddisruptionbudgets",
+        "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+        "pdbs",
+        ("pdbs",),
+    ),
+    Kind("Node", "/api/v1/nodes", None, "nodes", ("nodes",)),
+)
+BY_KIND = {k.kind: k for k in KINDS}
+
+
+def _rv(value: Any) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def _cached(cache: Cache, kind: Kind) -> list[Obj]:
+    index = cache.indexes.get(kind.primary)
+    if index is None:
+        return []
+    return [obj for key in list(index) for obj in list(index.get(key) or ())]
+
+
+def drop(cache: Cache, kind: str, obj: Obj) -> None:
+    """Forgets one cached object (every index its resource feeds)."""
+    meta = obj.get("metadata") or {}
+    acckey = (meta.get("namespace"), meta.get("name"), meta.get("uid"))
+    for name in BY_KIND[kind].indexes:
+        index = cache.indexes.get(name)
+        discard = getattr(index, "_discard", None)
+        if discard is not None:
+            discard(acckey)
+
+
+def cached_object(cache: Cache, kind: str, namespace: str | None, name: str) -> Obj | None:
+    index = cache.indexes.get(BY_KIND[kind].primary) if kind in BY_KIND else None
+    if index is None:
+        return None
+    store = index.get(name if kind == "Node" else (namespace, name))
+    return next(iter(store), None) if store else None
+
+
+async def _list(client: Client, path: str) -> tuple[set[str], int]:
+    """uids of every object at `path` (paged), and the resourceVersion of the first page."""
+    uids: set[str] = set()
+    token: str | None = None
+    list_rv = 0
+    while True:
+        query = [("limit", str(PAGE))] + ([("continue", token)] if token else [])
+        page = await client.request("GET", path, query=query)
+        meta = page.get("metadata") or {}
+        if not list_rv:
+            list_rv = _rv(meta.get("resourceVersion"))
+        uids |= {str((i.get("metadata") or {}).get("uid")) for i in page.get("items") or []}
+        token = meta.get("continue") or None
+        if not token:
+            return uids, list_rv
+
+
+async def relist_once(
+    client: Client, cache: Cache, on_ghost: Callable[[str, Obj], None], namespaces: Iterable[str] = ()
+) -> int:
+    """One pass over every cached kind. Returns how many ghosts were dropped."""
+    dropped = 0
+    scopes = list(namespaces)
+    for kind in KINDS:
+        paths = [kind.ns_path.format(ns=ns) for ns in scopes] if scopes and kind.ns_path else [kind.path]
+        live: set[str] = set()
+        list_rv = 0
+        for path in paths:
+            uids, rv = await _list(client, path)
+            live |= uids
+            list_rv = rv if not list_rv else min(list_rv, rv)
+        for obj in _cached(cache, kind):
+            meta = obj.get("metadata") or {}
+            if str(meta.get("uid")) in live or _rv(meta.get("resourceVersion")) > list_rv:
+                continue  # still there, or seen after the list was taken
+            log.warning(
+                "dropping %s %s/%s from the cache: gone from the API server",
+                kind.kind,
+                meta.get("namespace"),
+                meta.get("name"),
+            )
+            on_ghost(kind.kind, obj)
+            drop(cache, kind.kind, obj)
+            dropped += 1
+    return dropped
+
+
+async def resync_forever(
+    client: Client,
+    cache: Cache,
+    on_ghost: Callable[[str, Obj], None],
+    namespaces: Iterable[str] = (),
+    period: float = PERIOD,
+) -> None:
+    """Relists every `period` seconds, +-20 % jitter (so a fleet of operators does not list in step)."""
+    scopes = list(namespaces)
+    while True:
+        await asyncio.sleep(period * (1 + random.uniform(-JITTER, JITTER)))  # jitter, not crypto
+        try:
+            await relist_once(client, cache, on_ghost, scopes)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a failed relist is retried at the next period; the watches go on meanwhile
+            log.exception("relist failed")

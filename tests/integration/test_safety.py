@@ -1,0 +1,197 @@
+"""Issue 8 on the real API server.
+
+- Rule 3/4: the CRD (schema + CEL, generated from the models and api/rules.py) and the planner's
+  `validate()` agree: specs generated from a fixed seed go through the real API server (dry run, so the
+  CRD's validation applies) and through `validate()`; both accept or both refuse, and a refusal names the
+  field on both sides.
+- Rule 3: an invalid edit of a running job (only possible through the status-free paths the schema cannot
+  see, so here: a spec the CRD admits under its old form is simulated by editing while the operator is
+  down is not possible; the unit tests cover the transitions) - see tests/unit/test_safety_invalid_edit.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+from kube import Kube, mpijob
+
+from mpijob.api.models import API_VERSION
+from mpijob.executor.client import ApiError
+from mpijob.executor.resources import collection_path
+from mpijob.planner.plan import validate
+
+Obj = dict[str, Any]
+
+SEED = 8
+CASES = 80
+
+
+def _mutate(rng: random.Random, i: int) -> Obj:
+    """A spec with a few random changes, valid or not, covering every rule and bound."""
+    body = mpijob(f"agree-{i}", workers=2)
+    spec = body["spec"]
+    specs = spec["mpiReplicaSpecs"]
+    for _ in range(rng.randint(1, 3)):
+        change = rng.randrange(14)
+        if change == 0:
+            specs["Worker"]["replicas"] = rng.choice([-1, 0, 1, 3, 10_000, 10_001])
+        elif change == 1 and "Launcher" in specs:
+            specs["Launcher"]["replicas"] = rng.choice([0, 1, 2])
+        elif change == 2:
+            ep: Obj = {"minReplicas": rng.choice([0, 1, 2, 3, 10_001])}
+            if rng.random() < 0.6:
+                ep["maxReplicas"] = rng.choice([0, 1, 2, 4, 10_000, 10_001])
+            spec["elasticPolicy"] = ep
+        elif change == 3:
+            ep = spec.setdefault("elasticPolicy", {"minReplicas": 1})
+            ep["workersToDelete"] = rng.sample(
+                ["agree-worker-0", "x", "Bad_Name", "ns/pod", "a" * 63, "a" * 64, "-x", "x-"], rng.randint(1, 3)
+            )
+        elif change == 4:
+            body["metadata"]["name"] = rng.choice(["a" * 50, "a" * 51, "Upper", "9starts-with-digit", "ok-name"])
+        elif change == 5:
+            spec["slotsPerWorker"] = rng.choice([-1, 0, 1, 8])
+        elif change == 6:
+            spec["mpiImplementation"] = rng.choice(["OpenMPI", "Intel", "MPICH", "openmpi"])
+        elif change == 7:
+            specs.pop("Launcher", None)
+        elif change == 8:
+            specs["Chief"] = copy.deepcopy(specs["Worker"])
+        elif change == 9:
+            specs["Worker"]["template"]["spec"]["containers"] = []
+        elif change == 10:
+            spec.setdefault("elasticPolicy", {"minReplicas": 1})["scaleInGracePeriodSeconds"] = rng.choice(
+                [-1, 0, 30, 3600, 3601]
+            )
+        elif change == 11:
+            specs["Worker"].pop("replicas", None)
+        elif change == 12:
+            # Wrong JSON types: the API server refuses them; a lax parser would coerce them.
+            specs["Worker"]["replicas"] = rng.choice(["2", 2.5, True])
+        else:
+            spec["runPolicy"] = {
+                "suspend": rng.choice(["yes", "true", 1, False]),
+                "backoffLimit": rng.choice([-1, 0, "3"]),
+            }
+    return body
+
+
+def _fields(message: str) -> str:
+    # The API server writes map keys as [Worker]; the planner as .Worker.
+    return message.replace("[", ".").replace("]", "")
+
+
+async def test_crd_validation_and_planner_validation_agree_on_generated_specs(kube: Kube) -> None:
+    rng = random.Random(SEED)
+    accepted = refused = 0
+    disagreements: list[str] = []
+    for i in range(CASES):
+        body = _mutate(rng, i)
+        try:
+            admitted = await kube.client.request(
+                "POST", collection_path(API_VERSION, "MPIJob", kube.ns), body, query=[("dryRun", "All")]
+            )
+        except ApiError as err:
+            assert err.status == 422, err
+            refused += 1
+            _, errors = validate({**body, "metadata": {**body["metadata"], "namespace": kube.ns}})
+            if not errors:
+                disagreements.append(f"API server refused, planner accepts: {body['spec']} -> {err.body[:300]}")
+            continue
+        accepted += 1
+        # The planner reads what the API server stored: defaulted and pruned.
+        _, errors = validate(admitted)
+        if errors:
+            disagreements.append(f"API server admitted, planner refuses: {admitted['spec']} -> {errors}")
+    assert not disagreements, "\n".join(disagreements)
+    # The generator is worth something only if it hits both sides.
+    assert accepted >= 10 and refused >= 30, (accepted, refused)
+
+
+async def test_refusal_names_the_same_field_on_both_sides(kube: Kube) -> None:
+    cases = {
+        "spec.mpiReplicaSpecs.Worker.replicas": lambda b: b["spec"]["mpiReplicaSpecs"]["Worker"].update(
+            replicas=10_001
+        ),
+        "spec.elasticPolicy.workersToDelete": lambda b: b["spec"].update(
+            elasticPolicy={"minReplicas": 1, "workersToDelete": ["ns/pod"]}
+        ),
+        "spec.elasticPolicy.maxReplicas": lambda b: b["spec"].update(
+            elasticPolicy={"minReplicas": 3, "maxReplicas": 2}
+        ),
+        "spec.mpiReplicaSpecs.Launcher.replicas": lambda b: b["spec"]["mpiReplicaSpecs"]["Launcher"].update(replicas=2),
+    }
+    for field, breaker in cases.items():
+        body = mpijob("named")
+        breaker(body)
+        try:
+            await kube.client.request(
+                "POST", collection_path(API_VERSION, "MPIJob", kube.ns), body, query=[("dryRun", "All")]
+            )
+        except ApiError as err:
+            assert field in _fields(err.body), (field, err.body)
+        else:
+            raise AssertionError(f"API server admitted {field}")
+        _, errors = validate({**body, "metadata": {**body["metadata"], "namespace": kube.ns}})
+        assert any(e.startswith(field) for e in errors), (field, errors)
+
+
+# -- rule 2: watch gaps are closed ---------------------------------------------------------------------------
+
+
+def _index(entries: dict[tuple[str, str], Obj], key_of: Any = None) -> Any:
+    """A real kopf index (the kind the operator's cache holds), filled as kopf fills it."""
+    from kopf._core.engines.indexing import OperatorIndexer
+
+    indexer = OperatorIndexer()
+    for obj in entries.values():
+        m = obj["metadata"]
+        acckey = (m.get("namespace"), m["name"], m["uid"])
+        indexer.replace(acckey, {(key_of or (lambda o: (o["metadata"]["namespace"], o["metadata"]["name"])))(obj): obj})
+    return indexer.index
+
+
+async def test_relist_drops_ghosts_keeps_live_objects_and_enqueues_their_jobs(kube: Kube) -> None:
+    from mpijob.runtime import resync
+    from mpijob.runtime.cache import Cache
+
+    live = await kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "live-config"},
+            "data": {"a": "b"},
+        }
+    )
+    ghost = {
+        # Deleted while the watch was down: the cache still has it; the API server does not.
+        "metadata": {
+            "namespace": kube.ns,
+            "name": "gone-worker-3",
+            "uid": "00000000-dead-beef-0000-000000000003",
+            "resourceVersion": "1",
+            "labels": {"training.kubeflow.org/job-name": "gone"},
+        }
+    }
+    fresh = {
+        # Seen after the list was taken (a higher resourceVersion): not a ghost, whatever the list says.
+        "metadata": {"namespace": kube.ns, "name": "new-config", "uid": "uid-new", "resourceVersion": str(10**15)}
+    }
+    cache = Cache()
+    empty: dict[tuple[str, str], Obj] = {}
+    cache.indexes = {name: _index(empty) for name in Cache.INDEXES}
+    cache.indexes["pods"] = _index({("x", "y"): ghost})
+    cache.indexes["configmaps"] = _index({("a", "b"): live, ("c", "d"): fresh})
+    ghosts: list[tuple[str, str]] = []
+
+    dropped = await resync.relist_once(
+        kube.client, cache, lambda kind, obj: ghosts.append((kind, obj["metadata"]["name"])), [kube.ns]
+    )
+
+    assert dropped == 1
+    assert ghosts == [("Pod", "gone-worker-3")]
+    assert cache.pod(kube.ns, "gone-worker-3") is None
+    assert (kube.ns, "live-config") in cache.indexes["configmaps"]
+    assert (kube.ns, "new-config") in cache.indexes["configmaps"]

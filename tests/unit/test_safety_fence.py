@@ -1,0 +1,78 @@
+"""Issue 8, rule 11: leadership fences writes.
+
+The executor checks the fence (the controller wires it to "holding the Lease") before every write of a
+batch, so a leader that loses its lease in the middle of a reconcile stops at the next write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from mpijob.executor.apply import Executor
+from mpijob.planner.actions import Create, Delete, Emit, Patch
+
+from .builders import mpijob
+
+
+class RecordingClient:
+    """Records the writes the executor sends (the executor's API surface only; no server semantics)."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, str]] = []
+
+    async def create(self, path: str, obj: Any) -> Any:
+        self.writes.append(("POST", path))
+        return obj
+
+    async def merge_patch(self, path: str, patch: Any) -> Any:
+        self.writes.append(("PATCH", path))
+        return {}
+
+    async def delete(self, path: str, options: Any = None) -> Any:
+        self.writes.append(("DELETE", path))
+        return {}
+
+    async def get(self, path: str) -> Any:
+        return {}
+
+
+def test_a_batch_stops_at_the_first_write_after_leadership_is_lost() -> None:
+    client = RecordingClient()
+    executor = Executor(client, post_events=False)  # type: ignore[arg-type]
+    leading = [True]
+    executor.fence = lambda: leading[0]
+    job = mpijob()
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pi-worker-0"}}
+
+    async def lose_lease_after_first_write() -> Any:
+        actions = [
+            Patch("v1", "ConfigMap", "pi-config", {"data": {}}),
+            Emit("Normal", "X", "y"),
+            Create(pod),
+            Delete("v1", "Pod", "pi-worker-1", uid="u"),
+        ]
+        original = client.merge_patch
+
+        async def patch_then_lose(path: str, patch: Any) -> Any:
+            result = await original(path, patch)
+            leading[0] = False
+            return result
+
+        client.merge_patch = patch_then_lose  # type: ignore[method-assign]
+        return await executor.apply(job, actions)
+
+    outcome = asyncio.run(lose_lease_after_first_write())
+
+    assert client.writes == [("PATCH", "/api/v1/namespaces/team-a/configmaps/pi-config")]
+    assert outcome.conflict is not None and "leader" in outcome.conflict
+
+
+def test_without_a_fence_every_write_goes() -> None:
+    client = RecordingClient()
+    executor = Executor(client, post_events=False)  # type: ignore[arg-type]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pi-worker-0"}}
+
+    asyncio.run(executor.apply(mpijob(), [Create(pod), Delete("v1", "Pod", "pi-worker-1", uid="u")]))
+
+    assert len(client.writes) == 2
