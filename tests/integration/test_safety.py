@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import random
 from typing import Any
@@ -195,3 +196,76 @@ async def test_relist_drops_ghosts_keeps_live_objects_and_enqueues_their_jobs(ku
     assert cache.pod(kube.ns, "gone-worker-3") is None
     assert (kube.ns, "live-config") in cache.indexes["configmaps"]
     assert (kube.ns, "new-config") in cache.indexes["configmaps"]
+
+
+# -- rule 6: hostile annotations and status values through the real API server -------------------------------
+
+
+async def test_hostile_annotations_and_status_values_never_crash_wedge_or_delete(
+    kube: Kube, api: Any, running_operator: Any
+) -> None:
+    from kube import merge_patch
+    from test_elastic import elastic_job, own_nodes, start_job
+
+    from mpijob.api import constants as c
+
+    job = "hostile"
+    async with own_nodes(api, kube, "a", "b") as nodes:
+        pods = await start_job(kube, elastic_job(job, nodes, workers=3, min_replicas=1, max_replicas=4, grace=3600))
+        before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods}
+        w0, w1, w2 = sorted(before)
+        starts = running_operator.starts
+        # Values a user (or a buggy tool) can write on the job's pods and, with status rights, on the job.
+        # (The API server itself refuses a non-integer pod-deletion-cost.)
+        await merge_patch(
+            kube, "v1", "Pod", w0, {"metadata": {"annotations": {"mpijob.kubeflow.org/whatever": "{not json"}}}
+        )
+        await merge_patch(kube, "v1", "Pod", w1, {"metadata": {"labels": {c.LABEL_REPLICA_INDEX: "abc"}}})
+        await merge_patch(
+            kube, "v1", "Pod", w2, {"metadata": {"annotations": {c.ANNOTATION_LEAVING_REASON: "x" * 2000}}}
+        )
+        await merge_patch(
+            kube,
+            API_VERSION,
+            "MPIJob",
+            job,
+            {
+                "status": {
+                    "lastWorkerIndex": 10**15,
+                    "discoveredHosts": ["x", "other-worker-1", "../etc/passwd", "hostile-worker-0x"],
+                    "leavingWorkers": ["nobody"],
+                }
+            },
+            subresource="status",
+        )
+
+        async def corrected() -> bool:
+            status = (await kube.job(job)).get("status") or {}
+            return 0 <= int(status.get("lastWorkerIndex", -1)) <= 99_999
+
+        from kube import eventually
+
+        await eventually(corrected, within=60, what="lastWorkerIndex corrected")
+        await asyncio.sleep(3)
+
+        assert running_operator.alive() and running_operator.starts == starts, running_operator.log_tail()
+        assert "Traceback" not in running_operator.log_tail(400), running_operator.log_tail(400)
+        now = {p["metadata"]["name"]: p for p in await kube.workers(job)}
+        assert {n: p["metadata"]["uid"] for n, p in now.items()} == before
+        assert not [n for n, p in now.items() if p["metadata"].get("deletionTimestamp")]
+        assert not [n for n, p in now.items() if c.ANNOTATION_LEAVING_SINCE in (p["metadata"].get("annotations") or {})]
+        body = await kube.job(job)
+        assert body["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 3
+
+
+async def test_client_learns_the_api_servers_clock_from_real_responses(kube: Kube) -> None:
+    # Rule 11: grace periods are measured on the API server's clock (the operator's Controller clock is
+    # client.clock.now), so leaders with skewed clocks agree. Here both run on one machine: offset ~ 0.
+    from datetime import timedelta
+
+    from mpijob.executor.client import Client
+
+    client = Client(kube.client.api, qps=0, burst=1)
+    await client.get("/version")
+    assert client.clock.seen
+    assert abs(client.clock.offset) < timedelta(seconds=2), client.clock.offset

@@ -408,6 +408,7 @@ def snap(
     pdb_obj: Obj | None = None,
     now: datetime = NOW,
     config: OperatorConfig | None = None,
+    pod_group: Obj | None = None,
     checks: Mapping[tuple[str, str], bool] | None = None,
 ) -> Snapshot:
     """A snapshot: `pods` are the job's own pods, `foreign` pods of the namespace the job does not own.
@@ -432,6 +433,7 @@ def snap(
         secret=secret_obj,
         pdb=pdb_obj,
         nodes=dict(node_map),
+        pod_group=pod_group,
         config=config or OperatorConfig(),
         absence_checks=dict(checks) if checks is not None else _truth(job, all_pods, node_map),
     )

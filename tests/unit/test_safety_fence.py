@@ -76,3 +76,32 @@ def test_without_a_fence_every_write_goes() -> None:
     asyncio.run(executor.apply(mpijob(), [Create(pod), Delete("v1", "Pod", "pi-worker-1", uid="u")]))
 
     assert len(client.writes) == 2
+
+
+# -- the grace period is measured on the API server's clock ----------------------------------------------
+
+
+def test_server_clock_follows_the_date_header_not_the_local_clock() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from mpijob.executor.client import ServerClock
+
+    clock = ServerClock()
+    local = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+    # The API server says it is an hour later than this machine thinks.
+    clock.observe("Sun, 01 Mar 2026 13:00:00 GMT", local=local)
+
+    assert clock.seen
+    assert abs(clock.offset - timedelta(hours=1)) <= timedelta(seconds=1)
+    assert abs(clock.now() - (datetime.now(UTC) + timedelta(hours=1))) <= timedelta(seconds=2)
+
+
+def test_server_clock_ignores_missing_or_bad_headers() -> None:
+    from datetime import timedelta
+
+    from mpijob.executor.client import ServerClock
+
+    clock = ServerClock()
+    for header in (None, "", "yesterday", "Sun, 01 Mar 2026 13:00:00"):
+        clock.observe(header)
+    assert not clock.seen and clock.offset == timedelta(0)

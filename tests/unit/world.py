@@ -189,6 +189,7 @@ class World:
             secret=copy.deepcopy(self.get("Secret", c.secret_name(job_name))),
             pdb=copy.deepcopy(self.get("PodDisruptionBudget", c.pdb_name(job_name))),
             nodes=copy.deepcopy(self.nodes),
+            pod_group=copy.deepcopy(self.get("PodGroup", job_name)),
             config=self.config,
         )
 

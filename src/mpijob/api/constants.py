@@ -35,6 +35,10 @@ DEFAULT_TERMINATION_TAINTS: tuple[str, ...] = (
     "node.kubernetes.io/out-of-service",
 )
 
+# Kueue manages a job that carries this label: it admits the job with a fixed Worker count, and a different
+# count on a running job makes Kueue suspend it (no matching Workload). See docs/scheduling.md.
+LABEL_KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+
 FIELD_MANAGER = "mpijob-operator"
 EVENT_SOURCE = "mpijob-operator"
 

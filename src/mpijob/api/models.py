@@ -274,3 +274,12 @@ class JobStatus(_Model):
     discovered_hosts: list[str] = Field(
         default_factory=list, alias="discoveredHosts", description="Workers currently in discover_hosts.sh."
     )
+    recent_worker_failures: int | None = Field(
+        default=None,
+        alias="recentWorkerFailures",
+        ge=0,
+        description="Workers that failed recently; replacements back off once they keep failing.",
+    )
+    last_worker_failure_time: str | None = Field(
+        default=None, alias="lastWorkerFailureTime", description="When a worker last failed."
+    )

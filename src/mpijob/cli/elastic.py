@@ -97,7 +97,15 @@ async def scale_in(
         listed = list(elastic.get("workersToDelete") or [])
         added = [w for w in dict.fromkeys(workers) if w not in listed]
         replicas = int(spec["mpiReplicaSpecs"]["Worker"]["replicas"])
-        new = replicas if replace else replicas - len(added)
+        # A Kueue-managed job keeps its admitted Worker count: a lower one makes Kueue suspend the job.
+        kueue = bool((obj["metadata"].get("labels") or {}).get(c.LABEL_KUEUE_QUEUE_NAME))
+        if kueue and not replace:
+            print(
+                f"MPIJob {namespace}/{job} is managed by Kueue: keeping Worker replicas at {replicas} "
+                "(the workers are replaced; a lower count would make Kueue suspend the job)",
+                file=sys.stderr,
+            )
+        new = replicas if replace or kueue else replicas - len(added)
         floor = int(elastic.get("minReplicas", 1))
         if new < floor:
             raise SystemExit(

@@ -46,6 +46,12 @@ def register(subparsers: Any) -> None:
     op.add_argument("--no-cordon-signal", action="store_true", help="do not treat a cordoned node as terminating")
     op.add_argument("--leader-elect", action="store_true", help="hold a Lease before reconciling")
     op.add_argument("--lock-namespace", default=os.environ.get("MPIJOB_LOCK_NAMESPACE", "mpijob-system"))
+    op.add_argument(
+        "--gang-scheduling",
+        default=os.environ.get("MPIJOB_GANG_SCHEDULING", ""),
+        help="gang scheduler, as the reference's flag: 'volcano', or the schedulerName of a scheduler-plugins "
+        "scheduler with coscheduling (e.g. scheduler-plugins-scheduler); default: off",
+    )
     op.add_argument("--health-port", type=int, default=0, help="serve /healthz on this port (0: off)")
     op.add_argument(
         "--metrics-port",
@@ -106,6 +112,7 @@ def _operator(args: argparse.Namespace) -> int:
             metrics_address=args.metrics_bind_address,
             controller_name=args.controller_name,
             claim_unmanaged=not args.ignore_unmanaged,
+            gang_scheduler=args.gang_scheduling.strip(),
             resync_period=args.resync_period,
         )
     )

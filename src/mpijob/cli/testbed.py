@@ -37,7 +37,9 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
-    tb = cluster.up(nodes=args.nodes, state_dir=args.dir, bin_dir=args.bin_dir, echo=_echo)
+    tb = cluster.up(
+        nodes=args.nodes, state_dir=args.dir, bin_dir=args.bin_dir, echo=_echo, with_=tuple(args.with_.split(","))
+    )
     print(f"nodes: {', '.join(tb.nodes) or '(none)'}")
     print(f"export KUBECONFIG={tb.kubeconfig}")
     return 0
@@ -105,6 +107,13 @@ def register(subparsers: Any) -> None:
         type=int,
         default=cluster.DEFAULT_NODES,
         help=f"fake nodes node-1..node-N (default {cluster.DEFAULT_NODES}); existing ones are kept",
+    )
+    p.add_argument(
+        "--with",
+        dest="with_",
+        default="",
+        help="opt-in scheduling components, comma-separated: kueue, coscheduling (built from their Go modules "
+        "by testbed/extras/build.sh on first use); volcano is not available here",
     )
     p.set_defaults(func=_guarded(_up))
 

@@ -11,6 +11,8 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
@@ -49,6 +51,34 @@ class TokenBucket:
                 await asyncio.sleep((1 - self.tokens) / self.qps)
 
 
+class ServerClock:
+    """The API server's clock, as the `Date` headers of its responses show it (1 s resolution).
+
+    Times the operator writes and later compares (a leaving worker's `leaving-since`, then its grace period)
+    are taken on this clock, so a new leader whose own clock is skewed agrees with the one that wrote them.
+    """
+
+    def __init__(self) -> None:
+        self.offset = timedelta(0)
+        self.seen = False
+
+    def observe(self, date_header: str | None, local: datetime | None = None) -> None:
+        if not date_header:
+            return
+        try:
+            server = parsedate_to_datetime(date_header)
+        except (TypeError, ValueError):
+            return
+        if server.tzinfo is None:
+            return
+        # The header is truncated to the second: half a second is the expected error.
+        self.offset = server + timedelta(seconds=0.5) - (local or datetime.now(UTC))
+        self.seen = True
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+
 class Client:
     def __init__(self, api: ApiClient, qps: float = 50.0, burst: int = 100, timeout: float = 60.0) -> None:
         self.api = api
@@ -57,6 +87,7 @@ class Client:
         self.requests = 0
         # Called with (method, path, HTTP status) after every response: the operator's metrics.
         self.on_response: Callable[[str, str, int], None] | None = None
+        self.clock = ServerClock()
 
     async def request(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json", query: Any = None
@@ -80,6 +111,8 @@ class Client:
                 self.on_response(method, path, int(err.status or 0))
             raise ApiError(int(err.status or 0), str(err.reason), str(err.body or "")) from None
         raw = response[0] if isinstance(response, tuple) else response
+        headers = getattr(raw, "headers", None)
+        self.clock.observe(headers.get("Date") if headers is not None else None)
         data = await raw.read()
         status = int(getattr(raw, "status", 200))
         if self.on_response is not None:

@@ -14,6 +14,9 @@ PLURALS: dict[tuple[str, str], str] = {
     ("batch/v1", "Job"): "jobs",
     ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
     (API_VERSION, "MPIJob"): "mpijobs",
+    # Gang schedulers' PodGroups (only with --gang-scheduling).
+    ("scheduling.volcano.sh/v1beta1", "PodGroup"): "podgroups",
+    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): "podgroups",
 }
 
 

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from mpijob.api import constants as c
 from mpijob.api import rules
 from mpijob.api.models import API_VERSION, CleanPodPolicy, LauncherCreationPolicy, MPIJobSpec
-from mpijob.planner import children
+from mpijob.planner import children, podgroups
 from mpijob.planner import status as st
 from mpijob.planner.actions import Action, ConfirmAbsence, Create, Delete, Emit, Patch, RequeueAfter
 from mpijob.planner.hostfile import discover_hosts_script, hostfile
@@ -61,6 +61,11 @@ def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
     return spec, errors
 
 
+# Replacement backoff for workers that keep failing (issue 8, rule 7).
+BACKOFF_AFTER = 3
+BACKOFF_BASE_SECONDS = 10.0
+BACKOFF_MAX_SECONDS = 300.0
+BACKOFF_RESET_SECONDS = 600.0
 SLOW_START_CREATES = 16
 MAX_CREATES_PER_RECONCILE = 500
 
@@ -120,6 +125,34 @@ class _Planner:
             return True
         self.conflicts.append(f"{kind} {name}")
         return False
+
+    def replacement_backoff(self, wp: WorkerPlan) -> None:
+        """No churn: workers that keep failing are replaced with a per-job exponential backoff. The first
+        BACKOFF_AFTER - 1 failures are replaced at once; then each new failure waits 10 s, 20 s, ... up to
+        5 min after the last failure. The count is forgotten after 10 quiet minutes. Both live in the status,
+        so a restart does not reset them."""
+        failed_now = sum(1 for leave in wp.to_leave if pod_phase(leave.pod) == "Failed")
+        raw = self.status.get("recentWorkerFailures")
+        count = raw if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= 10**6 else 0
+        last = parse_time(self.status.get("lastWorkerFailureTime"))
+        if failed_now:
+            count += failed_now
+            last = self.s.now
+            self.status["recentWorkerFailures"] = count
+            self.status["lastWorkerFailureTime"] = self.now
+        elif (count or raw is not None) and (
+            last is None or (self.s.now - last).total_seconds() >= BACKOFF_RESET_SECONDS
+        ):
+            self.status.pop("recentWorkerFailures", None)
+            self.status.pop("lastWorkerFailureTime", None)
+            return
+        if count < BACKOFF_AFTER or not wp.to_create or last is None:
+            return
+        delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** min(count - BACKOFF_AFTER, 16))
+        left = (last - self.s.now).total_seconds() + delay
+        if left > 0:
+            wp.to_create = []
+            self.wake.append(left)
 
     def foreign_children(self) -> list[str]:
         """Objects with the names of this job's Service, ConfigMap, Secret or launcher Job that it does not
@@ -224,6 +257,7 @@ class _Planner:
             )
         self.ensure_secret()
         self.ensure_pdb()
+        self.ensure_pod_group(wanted=not suspended)
         # 4. Delete, then 5. create: after the status write, so that the status (discoveredHosts,
         #    leavingWorkers, lastWorkerIndex) records the decision before any pod goes away.
         start = len(self.actions)
@@ -232,12 +266,15 @@ class _Planner:
         if self.foreign_children():
             # Fail closed: a worker would mount someone else's discover_hosts.sh or SSH key.
             wp.to_create = []
+        self.replacement_backoff(wp)
         # Slow start, as ReplicaSets do: a job cannot flood the API server (or a quota) with creates; each
         # reconcile may create about as many workers as exist, and the next one (woken by their watch
         # events) more.
         wp.to_create = wp.to_create[: create_budget(len(self.workers))]
         for index in wp.to_create:
-            self.create(children.worker_pod(self.job, spec, index, self.s.config.cluster_domain))
+            pod = children.worker_pod(self.job, spec, index, self.s.config.cluster_domain)
+            podgroups.decorate(pod["metadata"], pod["spec"], self.name, self.s.config.gang_scheduler)
+            self.create(pod)
         self.last += self.actions[start:]
         del self.actions[start:]
         if wp.to_create:
@@ -350,6 +387,19 @@ class _Planner:
                 Patch("policy/v1", "PodDisruptionBudget", name, {"spec": {"minAvailable": ep.min_replicas}})
             )
 
+    def ensure_pod_group(self, *, wanted: bool) -> None:
+        """The gang scheduler's PodGroup: there while the job runs, gone when suspended or finished."""
+        actions, conflict = podgroups.plan_pod_group(
+            self.job, self.spec, self.s.pod_group, self.s.config.gang_scheduler, wanted=wanted
+        )
+        if conflict:
+            self.conflicts.append(f"PodGroup {self.name}")
+        for action in actions:
+            if isinstance(action, Create):
+                self.create(action.obj)
+            else:
+                self.actions.append(action)
+
     def ensure_launcher(self, wp: WorkerPlan) -> None:
         spec = self.spec
         name = c.launcher_name(self.name)
@@ -364,7 +414,10 @@ class _Planner:
             if spec.launcher_creation_policy is LauncherCreationPolicy.AT_STARTUP or (ready and not wp.to_create):
                 # After the workers (which follow the status write), as the reference creates them.
                 start = len(self.actions)
-                self.create(children.launcher_job(self.job, spec))
+                launcher = children.launcher_job(self.job, spec)
+                tmpl = launcher["spec"]["template"]
+                podgroups.decorate(tmpl["metadata"], tmpl["spec"], self.name, self.s.config.gang_scheduler)
+                self.create(launcher)
                 self.last += self.actions[start:]
                 del self.actions[start:]
             return
@@ -400,6 +453,9 @@ class _Planner:
             for k, v in (cur_meta.get("labels") or {}).items()
             if k in default or k == c.LABEL_REPLICA_INDEX or k in selector
         }
+        gang = self.s.config.gang_scheduler
+        keep_labels.update(podgroups.group_labels(self.name, gang))
+        want["annotations"] = {**(want["annotations"] or {}), **podgroups.group_annotations(self.name, gang)}
         return {
             "spec": {
                 "suspend": False,
@@ -551,6 +607,7 @@ class _Planner:
         if not self.status.get("completionTime"):
             self.status["completionTime"] = self.now
         self.status.setdefault("replicaStatuses", {})["Launcher"] = self.launcher_status()
+        self.ensure_pod_group(wanted=False)
         policy = self.spec.run_policy.clean_pod_policy or CleanPodPolicy.NONE
         for pod in self.workers:
             if is_terminating(pod):

@@ -27,6 +27,9 @@ class OperatorConfig:
     termination_taints: tuple[str, ...] = DEFAULT_TERMINATION_TAINTS
     # A cordoned node (spec.unschedulable) counts as terminating: drains start with a cordon.
     cordon_is_termination: bool = True
+    # Gang scheduler (the --gang-scheduling flag): "" off, "volcano", or the schedulerName of a
+    # scheduler-plugins scheduler running coscheduling. See planner/podgroups.py.
+    gang_scheduler: str = ""
     # The `spec.runPolicy.managedBy` value that names this operator, and whether jobs without one are ours.
     # Defaults are the reference operator's, so manifests move unchanged; to run beside the reference
     # operator, pick another name and stop claiming unset jobs (docs/migration.md).
@@ -54,6 +57,8 @@ class Snapshot:
     pdb: Obj | None = None
     # Nodes by name. A node a worker is bound to that is missing here has been deleted.
     nodes: Mapping[str, Obj] = field(default_factory=dict)
+    # The PodGroup named like the job (owned or not), when gang scheduling is on.
+    pod_group: Obj | None = None
     config: OperatorConfig = field(default_factory=OperatorConfig)
     # Live reads of objects missing from the cache, by (kind, name): True = the API server said 404 (really
     # gone), False = it exists (the cache is behind). Absence from the cache alone decides nothing.

@@ -254,6 +254,13 @@ def _plan_elastic(
     by_name = {name_of(p): p for p in workers}
     result = WorkerPlan()
     replicas = spec.worker_replicas
+    # A Kueue-managed job keeps the Worker count Kueue admitted: lowering it would make Kueue suspend the
+    # whole job. So ScaleIn acts as Replace there (the replacements stay Pending if there is no room, and
+    # the quota stays held), and workers lost to someone else are replaced rather than scaled in.
+    kueue_managed = bool(labels_of(snapshot.job).get(c.LABEL_KUEUE_QUEUE_NAME))
+    termination_policy = policy.node_termination_policy
+    if kueue_managed and termination_policy is NodeTerminationPolicy.SCALE_IN:
+        termination_policy = NodeTerminationPolicy.REPLACE
 
     # 1. Clean workersToDelete: drop names that are gone (done) or were never this job's workers (warn).
     #    A gone worker that was in discovery at the last status write was ours too: removed by someone else
@@ -311,7 +318,7 @@ def _plan_elastic(
         for n in sorted(previously_discovered)
         if n not in by_name and n not in listed_set and snapshot.confirmed_absent("Pod", n)
     ]
-    if not suspended and policy.node_termination_policy is not NodeTerminationPolicy.IGNORE:
+    if not suspended and termination_policy is not NodeTerminationPolicy.IGNORE:
         for pod in unaccounted:
             if pod in external:
                 continue
@@ -323,7 +330,7 @@ def _plan_elastic(
         result.held = [name_of(p) for p in held]
     new_replicas = replicas
     additions: list[str] = [s.pod["metadata"]["name"] for s in result.signals]
-    if policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended:
+    if termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended:
         additions += [name_of(p) for p in external] + vanished
         new_replicas = max(policy.min_replicas, replicas - len(additions)) if additions else replicas
         new_replicas = min(new_replicas, replicas)
@@ -332,13 +339,11 @@ def _plan_elastic(
         signal = next(s.signal for s in result.signals if s.node == node)
         verb = {
             NodeTerminationPolicy.SCALE_IN: f"scaling in (Worker replicas {replicas} -> {new_replicas})",
-            NodeTerminationPolicy.REPLACE: "replacing them elsewhere",
-        }[policy.node_termination_policy]
+            NodeTerminationPolicy.REPLACE: "replacing them elsewhere"
+            + (" (Kueue-managed: Worker replicas stay as admitted)" if kueue_managed else ""),
+        }[termination_policy]
         floor = ""
-        if (
-            policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN
-            and replicas - len(additions) < policy.min_replicas
-        ):
+        if termination_policy is NodeTerminationPolicy.SCALE_IN and replicas - len(additions) < policy.min_replicas:
             floor = f"; minReplicas {policy.min_replicas} reached, the rest are replaced"
         result.events.append(
             (
@@ -347,7 +352,7 @@ def _plan_elastic(
                 f"node {node} is terminating ({signal}): workers {', '.join(names)}: {verb}{floor}",
             )
         )
-    if (external or vanished) and policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended:
+    if (external or vanished) and termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended:
         lost = ", ".join([name_of(p) for p in external] + vanished)
         result.events.append(
             (

@@ -79,17 +79,19 @@ class Cache:
         "nodes",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, extra: tuple[str, ...] = ()) -> None:
         self.indexes: dict[str, Any] = {}
+        # Optional indexes (e.g. "podgroups", only with --gang-scheduling: their CRD may not exist).
+        self.required = self.INDEXES + extra
 
     @property
     def ready(self) -> bool:
-        return len(self.indexes) == len(self.INDEXES)
+        return len(self.indexes) == len(self.required)
 
     def capture(self, kwargs: Mapping[str, Any]) -> None:
         """kopf hands the (live) indexes to every handler; keep references to them."""
         if not self.ready:
-            for name in self.INDEXES:
+            for name in self.required:
                 if name in kwargs:
                     self.indexes[name] = kwargs[name]
 
@@ -131,5 +133,6 @@ class Cache:
             secret=_one(self.indexes["secrets"], (ns, c.secret_name(name))),
             pdb=_one(self.indexes["pdbs"], (ns, c.pdb_name(name))),
             nodes=_Nodes(self.indexes["nodes"]),
+            pod_group=_one(self.indexes.get("podgroups"), (ns, name)),
             config=config,
         )

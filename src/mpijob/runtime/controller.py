@@ -20,6 +20,7 @@ from mpijob.api import constants as c
 from mpijob.api.models import GROUP, KIND, PLURAL, VERSION
 from mpijob.executor.apply import Executor, Outcome
 from mpijob.executor.client import ApiError
+from mpijob.planner import podgroups
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import resync, slim
@@ -95,7 +96,8 @@ class Controller:
         workers: int = 4,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        self.cache = Cache()
+        # PodGroups are watched only with gang scheduling on: without it their CRD need not exist.
+        self.cache = Cache(("podgroups",) if config.gang_scheduler else ())
         self.queue = WorkQueue()
         self.executor = executor
         self.config = config
@@ -191,6 +193,17 @@ class Controller:
         on_event(("v1", "secrets"), child_keys, "secret_events")
         on_event(("policy", "v1", "poddisruptionbudgets"), child_keys, "pdb_events")
         on_event(("v1", "nodes"), node_keys, "node_events")
+        if self.config.gang_scheduler:
+            group, _, version = podgroups.api_version(self.config.gang_scheduler).partition("/")
+            index(
+                group,
+                version,
+                "podgroups",
+                name="podgroups",
+                fn=lambda namespace, name, body, **_: {(namespace, name): slim.owned_object(body, "PodGroup")},
+            )
+            # Named exactly like its job, like the Service.
+            on_event((group, version, "podgroups"), service_keys, "podgroup_events")
 
     def forget_ghost(self, kind: str, obj: dict[str, Any]) -> None:
         """Enqueues the jobs a cached object that is gone from the API server belonged to (before it is

@@ -22,7 +22,8 @@ from kubernetes_asyncio import config as k8s_config
 
 from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
 from mpijob.api.models import MANAGED_BY_US
-from mpijob.executor.client import Client
+from mpijob.executor.client import ApiError, Client
+from mpijob.planner import podgroups
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import resync
 from mpijob.runtime.controller import Controller
@@ -50,6 +51,8 @@ class OperatorOptions:
     metrics_address: str = "0.0.0.0"
     controller_name: str = MANAGED_BY_US
     claim_unmanaged: bool = True
+    # --gang-scheduling: "" off, "volcano", or the schedulerName of a scheduler-plugins (coscheduling) scheduler.
+    gang_scheduler: str = ""
     # Seconds between relists of the cached kinds (jittered); watch gaps close within this.
     resync_period: float = resync.PERIOD
 
@@ -116,20 +119,34 @@ async def run(
     started: Callable[[Controller], None] | None = None,
 ) -> Controller:
     api = await load_api_client(options.kubeconfig)
+    client = Client(api, qps=options.qps, burst=options.burst)
+    if options.gang_scheduler:
+        await _check_pod_group_crd(client, options.gang_scheduler)
     config = OperatorConfig(
         cluster_domain=options.cluster_domain,
         termination_taints=options.termination_taints,
         cordon_is_termination=options.cordon_is_termination,
+        gang_scheduler=options.gang_scheduler,
         controller_name=options.controller_name,
         claim_unmanaged=options.claim_unmanaged,
     )
     metrics = Metrics()
-    client = Client(api, qps=options.qps, burst=options.burst)
     client.on_response = metrics.api_response
     executor = InstrumentedExecutor(client, metrics=metrics, config=config)
-    controller = InstrumentedController(executor, config, workers=options.workers, metrics=metrics)
+    controller = InstrumentedController(
+        executor,
+        config,
+        workers=options.workers,
+        # The API server's clock, so that grace periods mean the same to every leader (issue 8, rule 11).
+        clock=client.clock.now,
+        metrics=metrics,
+    )
     executor.cache = controller.cache
     metrics.attach(controller)
+    try:
+        await client.get("/version")  # learns the API server's clock before the first plan
+    except Exception as err:
+        log.warning("could not read the API server's clock yet: %s", err)
     registry = kopf.OperatorRegistry()
     controller.register(registry)
     metrics.register(registry, config)
@@ -191,6 +208,23 @@ async def run(
         controller.queue.shutdown()
         await api.close()
     return controller
+
+
+async def _check_pod_group_crd(kube: Client, gang_scheduler: str) -> None:
+    """With gang scheduling on, the PodGroup kind must be served: otherwise the cache would never fill and
+    no job would be reconciled. Say so and stop, rather than run without the gangs the flag asked for."""
+    version = podgroups.api_version(gang_scheduler)
+    try:
+        found = await kube.get(f"/apis/{version}")
+    except ApiError as err:
+        if err.status != 404:
+            raise
+        found = {}
+    if not any(r.get("name") == "podgroups" for r in found.get("resources") or []):
+        raise SystemExit(
+            f"--gang-scheduling={gang_scheduler}: the API server does not serve {version} podgroups; "
+            "install the gang scheduler's PodGroup CRD (see docs/scheduling.md) or drop the flag"
+        )
 
 
 async def _resync(controller: Controller, client: Client, options: OperatorOptions) -> None:

@@ -213,3 +213,12 @@ def create_pki(root: Path, *, apiserver_ips: Sequence[str], clients: dict[str, C
         sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     return pki
+
+
+def self_signed() -> tuple[bytes, bytes]:
+    """A fresh self-signed certificate and its key (PEM), for a component that insists on reading one."""
+    cert, key = _new_ca()
+    return (
+        cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+    )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpijob.testbed import processes
+from mpijob.testbed import extras, processes
 from mpijob.testbed.build import ensure_binaries
 from mpijob.testbed.certs import Pki, create_pki
 from mpijob.testbed.components import (
@@ -167,7 +167,7 @@ def _component_pid(layout: Layout, component: str, bin_dir: Path) -> tuple[int |
 def _stop_all(layout: Layout, bin_dir: Path, echo: Echo) -> int:
     """Stop every component, newest first; returns how many were running. Processes whose pid file is
     gone are still found through their command line, which always names the state directory."""
-    stopped = 0
+    stopped = extras.stop(layout, echo=echo)  # they depend on the control plane: stopped first
     for component in reversed(COMPONENTS):
         pid = processes.read_pid(layout.pid(component))
         if pid is None:
@@ -353,6 +353,7 @@ def up(
     bin_dir: str | os.PathLike[str] | None = None,
     *,
     echo: Echo = print,
+    with_: tuple[str, ...] = (),
 ) -> Testbed:
     """Start a testbed with `nodes` fake nodes, or make sure the one already running has them.
 
@@ -362,6 +363,7 @@ def up(
     """
     if nodes < 0:
         raise TestbedError("--nodes must be 0 or more")
+    with_ = extras.parse_with(with_)
     layout = Layout(resolve_state_dir(state_dir))
     _prepare_dir(layout)
     with _locked(layout):
@@ -373,16 +375,17 @@ def up(
             if len(alive) == len(COMPONENTS) and _apiserver_ready(layout, ports):
                 _say(echo, f"already running at {layout.root} (API server {apiserver_url(ports)})")
                 names = ensure_nodes(_admin_rest(layout, ports), nodes, layout, echo)
+                extras.ensure(layout, _admin_rest(layout, ports), with_, echo=echo)
                 return Testbed(layout.root, layout.kubeconfig, apiserver_url(ports), ports, names, False)
         leftovers = any(layout.pid(c).exists() for c in COMPONENTS) or bool(_stragglers(layout))
         if state is not None or leftovers:
             _say(echo, f"found a stopped or broken testbed in {layout.root}; cleaning it up")
             _stop_all(layout, _state_bin_dir(state), echo)
             _wipe(layout)
-        return _start_fresh(layout, resolve_bin_dir(bin_dir), nodes, echo)
+        return _start_fresh(layout, resolve_bin_dir(bin_dir), nodes, echo, with_)
 
 
-def _start_fresh(layout: Layout, bin_dir: Path, nodes: int, echo: Echo) -> Testbed:
+def _start_fresh(layout: Layout, bin_dir: Path, nodes: int, echo: Echo, with_: tuple[str, ...] = ()) -> Testbed:
     ensure_binaries(bin_dir, echo=echo)
     started = time.monotonic()
     ports = Ports(*free_ports(6))
@@ -427,6 +430,7 @@ def _start_fresh(layout: Layout, bin_dir: Path, nodes: int, echo: Echo) -> Testb
         rest = _admin_rest(layout, ports)
         _wait_default_service_account(rest, layout)
         names = ensure_nodes(rest, nodes, layout, echo)
+        extras.ensure(layout, rest, with_, echo=echo)
     except BaseException:
         # Leave no half-started control plane behind; the logs stay for the error message's pointers.
         with contextlib.suppress(TestbedError):
@@ -434,6 +438,18 @@ def _start_fresh(layout: Layout, bin_dir: Path, nodes: int, echo: Echo) -> Testb
         raise
     _say(echo, f"up in {time.monotonic() - started:.1f}s; kubeconfig: {layout.kubeconfig}")
     return Testbed(layout.root, layout.kubeconfig, server, ports, names, True)
+
+
+def start_extras(
+    names: tuple[str, ...] | str, state_dir: str | os.PathLike[str] | None = None, *, echo: Echo = print
+) -> None:
+    """Start opt-in scheduling components (`mpijob testbed up --with`) on the running testbed at `state_dir`."""
+    layout = Layout(resolve_state_dir(state_dir))
+    with _locked(layout):
+        state = _load_state(layout)
+        if state is None:
+            raise TestbedError(f"no testbed at {layout.root}; run `mpijob testbed up` first")
+        extras.ensure(layout, _admin_rest(layout, _state_ports(state)), extras.parse_with(names), echo=echo)
 
 
 def down(state_dir: str | os.PathLike[str] | None = None, *, echo: Echo = print) -> bool:

@@ -1,0 +1,83 @@
+"""Issue 8, rule 7: no churn. Workers that keep failing are replaced with a per-job backoff kept in the
+status (so a restart does not reset it): the first two failures at once, then 10 s, 20 s, ... after the
+last failure, at most 5 min; forgotten after 10 quiet minutes."""
+
+from __future__ import annotations
+
+from .builders import created_names, elastic, mpijob
+from .world import World
+
+
+def _world() -> World:
+    world = World(placement=["node-1"])
+    world.add_nodes("node-1")
+    world.add(mpijob(workers=2, elastic_policy=elastic(1, 4, node_termination_policy="Replace", grace=0)))
+    world.settle("pi")
+    return world
+
+
+def _fail_one(world: World) -> str:
+    name = world.kept_workers("pi")[0]
+    pod = world.pod(name)
+    pod["status"] = {"phase": "Failed", "reason": "Error", "conditions": [{"type": "Ready", "status": "False"}]}
+    world._touch(pod)
+    return name
+
+
+def _creates_now(world: World) -> int:
+    """Reconciles (and lets the kubelet act) without letting time pass; pods created meanwhile."""
+    start = len(world.plans)
+    world.settle("pi", follow_requeue=False)
+    return sum(len(created_names(p, "Pod")) for p in world.plans[start:])
+
+
+def test_the_first_failures_are_replaced_at_once_then_replacements_back_off() -> None:
+    world = _world()
+
+    _fail_one(world)
+    assert _creates_now(world) == 1
+    _fail_one(world)
+    assert _creates_now(world) == 1
+
+    _fail_one(world)  # the third failure in a row: 10 s before the replacement
+    assert _creates_now(world) == 0
+    assert world.job("pi")["status"]["recentWorkerFailures"] == 3
+    world.advance(9)
+    assert _creates_now(world) == 0
+    world.advance(1)
+    assert _creates_now(world) == 1
+
+    _fail_one(world)  # the fourth: 20 s
+    assert _creates_now(world) == 0
+    world.advance(19)
+    assert _creates_now(world) == 0
+    world.advance(1)
+    assert _creates_now(world) == 1
+    assert len(world.kept_workers("pi")) == 2
+
+
+def test_backoff_is_forgotten_after_ten_quiet_minutes() -> None:
+    world = _world()
+    for _ in range(3):
+        _fail_one(world)
+        world.settle("pi")  # follows the requeue: the clock jumps over the backoff
+    assert world.job("pi")["status"]["recentWorkerFailures"] == 3
+
+    world.advance(600)
+    world.settle("pi")
+
+    assert "recentWorkerFailures" not in world.job("pi")["status"]
+    _fail_one(world)
+    assert _creates_now(world) == 1
+
+
+def test_bad_failure_count_in_the_status_is_ignored() -> None:
+    world = _world()
+    world.job("pi")["status"]["recentWorkerFailures"] = "lots"
+    world.job("pi")["status"]["lastWorkerFailureTime"] = "not a time"
+
+    world.settle("pi")
+
+    assert "recentWorkerFailures" not in world.job("pi")["status"]
+    _fail_one(world)
+    assert _creates_now(world) == 1
