@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration testbed testbed-extras helm bench crd docs bundle plugin-archive lock image clean chaos
+.PHONY: demo test lint unit integration testbed testbed-node testbed-extras e2e helm bench crd docs bundle plugin-archive lock image clean chaos
 TESTBED_BIN ?= $(or $(MPIJOB_TESTBED_BIN),.cache/testbed/bin)
 
 $(STAMP): pyproject.toml
@@ -20,6 +20,16 @@ testbed:
 # helm from its Go module, for the chart tests (helm lint / helm template).
 helm:
 	bash testbed/helm/build.sh
+
+# The real node's parts (root): Debian packages, then the kubelet (own stamp; the kwok-only testbed never waits
+# for it). `mpijob testbed up --real-node` does both itself when needed.
+testbed-node:
+	bash testbed/install-node-deps.sh
+	nice -n 10 bash testbed/build-node.sh
+
+# The real-node tests alone; a machine that cannot run a real node fails here instead of skipping.
+e2e: $(STAMP) testbed
+	MPIJOB_REQUIRE_REAL_NODE=1 $(BIN)/pytest tests/integration/test_real_node.py -q -p no:cacheprovider
 
 # Kueue and the coscheduling scheduler for tests/integration/test_scheduling.py (docs/scheduling.md). A
 # failed build does not stop the suite: those tests then skip and say why.

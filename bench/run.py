@@ -26,6 +26,7 @@ from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import collection_path, object_path
+from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Snapshot
 from mpijob.runtime.controller import Controller
@@ -61,7 +62,8 @@ def _converged_snapshot(workers: int) -> Snapshot:
     snap = Snapshot(job=job, now=now)
     objs: dict[str, dict[str, Any]] = {}
     status: dict[str, Any] = {}
-    for _ in range(3):
+    # Enough rounds for the slow start of worker creation (each round creates about as many as exist).
+    for _ in range(12):
         job["status"] = status
         pods = [o for o in objs.values() if o["kind"] == "Pod"]
         nodes = {f"n{i}": {"metadata": {"name": f"n{i}"}, "spec": {}} for i in range(max(1, workers // 4))}
@@ -74,6 +76,9 @@ def _converged_snapshot(workers: int) -> Snapshot:
             config_map=objs.get("ConfigMap"),
             secret=objs.get("Secret"),
             pdb=objs.get("PodDisruptionBudget"),
+            service_account=objs.get("ServiceAccount"),
+            role=objs.get("Role"),
+            role_binding=objs.get("RoleBinding"),
             launcher=objs.get("Job"),
             nodes=nodes,
         )
@@ -92,7 +97,14 @@ def _converged_snapshot(workers: int) -> Snapshot:
             elif isinstance(action, Patch) and action.subresource == "status":
                 status = action.patch["status"]
             elif isinstance(action, Patch) and action.kind in objs:
-                objs[action.kind].update(action.patch)
+                target = objs[action.kind]
+                for key, value in action.patch.items():
+                    if key == "data" and isinstance(value, dict):
+                        # A ConfigMap patch names only the keys that change (JSON merge patch).
+                        data = {**(target.get("data") or {}), **value}
+                        target["data"] = {k: v for k, v in data.items() if v is not None}
+                    else:
+                        target[key] = value
     job["status"] = status
     return snap
 
@@ -245,7 +257,7 @@ async def bench_operator(kubeconfig: Path, jobs: int, workers: int, idle: float)
         async def discovery_shrunk() -> bool:
             for i in range(jobs):
                 cm = await kube.get(object_path("v1", "ConfigMap", ns, c.config_map_name(f"job-{i}")))
-                if node_b in json.dumps(cm["data"]) or cm["data"][c.DISCOVER_HOSTS_KEY].count("echo") >= workers:
+                if node_b in json.dumps(cm["data"]) or len(listed_hosts(cm["data"])) >= workers:
                     return False
             return True
 

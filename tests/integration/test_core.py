@@ -778,7 +778,7 @@ async def test_evicted_worker_fails_the_job_with_completion_time_and_cleanup_run
     await kube.create(mpijob(name, workers=2, run_policy={"cleanPodPolicy": "All"}))
     await wait_running(kube, name, 2)
     victim = c.worker_name(name, 0)
-    # The patch's response, not a later read: the operator may clean the failed pod up at once.
+    # The patch's answer, not a later read: with cleanPodPolicy All the operator may delete the pod at once.
     pod = await merge_patch(
         kube,
         "v1",

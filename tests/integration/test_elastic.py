@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
-import tempfile
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -23,13 +21,14 @@ import pytest
 from kube import Kube, container, eventually, has_condition, kubectl, live, mpijob, names
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.watch import Watch
+from launcher import dumps, launcher
 from operator_harness import OperatorProcess
 
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION, GROUP, PLURAL, VERSION
 from mpijob.cli.elastic import scale_in
 from mpijob.executor.resources import collection_path
-from mpijob.planner.hostfile import parse_discovery_output
+from mpijob.planner.discovery import listed_hosts
 from mpijob.testbed import SPOT_ITN_TAINT, cordon_node, create_node, delete_node, taint_node
 from mpijob.testbed.nodes import CAPACITY_TYPE_LABELS, ON_DEMAND, SPOT
 
@@ -180,30 +179,22 @@ def parse_ts(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def discovery_names(script: str) -> list[str]:
-    """Pod names from the host names discover_hosts.sh would print (`<pod>.<job>.<ns>.svc:<slots>`)."""
-    lines = [line[len("echo ") :] for line in script.splitlines() if line.startswith("echo ")]
-    return [host.split(".", 1)[0] for host, _ in parse_discovery_output("\n".join(lines))]
+def discovery_names(data: dict[str, str]) -> list[str]:
+    """Pod names in a version of the job's ConfigMap data: the discovery list the launcher reads from the API."""
+    return [host.split(".", 1)[0] for host in listed_hosts(data)]
 
 
-async def run_discovery(kube: Kube, job: str) -> list[str]:
-    """Executes the job's discover_hosts.sh with `sh`, as Horovod's driver does; the workers it lists."""
-    cm = await kube.get("v1", "ConfigMap", c.config_map_name(job))
-    assert cm is not None, f"ConfigMap of {job} missing"
-    with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as handle:
-        handle.write(cm["data"][c.DISCOVER_HOSTS_KEY])
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            "sh", handle.name, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-        )
-        out, err = await proc.communicate()
-    finally:
-        os.unlink(handle.name)
-    assert proc.returncode == 0, err.decode()
-    return sorted(host.split(".", 1)[0] for host, _ in parse_discovery_output(out.decode()))
+async def run_discovery(kube: Kube, job: str, source: str = "API") -> list[str]:
+    """Executes the job's discover_hosts.sh with `sh`, as Horovod's driver does, with the launcher's own
+    credentials (tests/integration/launcher.py); the workers it lists. It must have answered from `source`."""
+    async with launcher(kube, job) as seat:
+        run = await seat.run()
+    assert run.returncode == 0, dumps(run)
+    assert f"source: {source}" in run.stderr, dumps(run)
+    return run.pods
 
 
-async def start_job(kube: Kube, body: Obj, nodes: list[str] | None = None) -> list[Obj]:
+async def start_job(kube: Kube, body: Obj, nodes: list[str] | None = None, source: str = "API") -> list[Obj]:
     """Creates the job and waits until all its workers are Running (spread evenly over `nodes`, when
     given) and listed by discover_hosts.sh. Returns the workers."""
     name = body["metadata"]["name"]
@@ -222,7 +213,7 @@ async def start_job(kube: Kube, body: Obj, nodes: list[str] | None = None) -> li
         assert max(per_node.values()) - min(per_node.values()) <= 1, per_node
 
     async def discovered() -> bool:
-        return await run_discovery(kube, name) == sorted(names(pods))
+        return await run_discovery(kube, name, source) == sorted(names(pods))
 
     await eventually(discovered, within=60, what=f"discover_hosts.sh of {name} lists all workers")
     return pods
@@ -410,9 +401,7 @@ async def test_spot_taint_scales_in_exactly_that_nodes_workers_after_they_left_d
 
         # The graceful order, proved with resourceVersions of the real watch streams.
         cm_versions = [o for _, o in cm_watch.versions(c.config_map_name(job))]
-        out_of_discovery = next(
-            o for o in cm_versions if not set(victims) & set(discovery_names(o["data"][c.DISCOVER_HOSTS_KEY]))
-        )
+        out_of_discovery = next(o for o in cm_versions if not set(victims) & set(discovery_names(o["data"])))
         first_terminating = next(
             o for _, o in pod_events if o["metadata"]["name"] in victims and o["metadata"].get("deletionTimestamp")
         )

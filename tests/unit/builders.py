@@ -312,6 +312,37 @@ def pdb(job: Obj, min_available: int, *, owner: Obj | None = None) -> Obj:
     }
 
 
+def launcher_access(job: Obj, *, owner: Obj | None = None, account: str | None = None) -> dict[str, Obj]:
+    """The launcher's ServiceAccount, Role and RoleBinding as the API server would hold them (snap() kwargs)."""
+    name = f"{job['metadata']['name']}-launcher"
+    rbac = "rbac.authorization.k8s.io/v1"
+    return {
+        "service_account_obj": {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, owner or job)},
+        "role_obj": {
+            "apiVersion": rbac,
+            "kind": "Role",
+            "metadata": _meta(name, owner or job),
+            "rules": [
+                {
+                    "apiGroups": [""],
+                    "resources": ["configmaps"],
+                    "resourceNames": [c.config_map_name(job["metadata"]["name"])],
+                    "verbs": ["get"],
+                }
+            ],
+        },
+        "role_binding_obj": {
+            "apiVersion": rbac,
+            "kind": "RoleBinding",
+            "metadata": _meta(name, owner or job),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [
+                {"kind": "ServiceAccount", "name": account or name, "namespace": job["metadata"]["namespace"]}
+            ],
+        },
+    }
+
+
 def launcher_job(
     job: Obj,
     *,
@@ -406,6 +437,9 @@ def snap(
     config_map_obj: Obj | None = None,
     secret_obj: Obj | None = None,
     pdb_obj: Obj | None = None,
+    service_account_obj: Obj | None = None,
+    role_obj: Obj | None = None,
+    role_binding_obj: Obj | None = None,
     now: datetime = NOW,
     config: OperatorConfig | None = None,
     pod_group: Obj | None = None,
@@ -432,6 +466,9 @@ def snap(
         config_map=config_map_obj,
         secret=secret_obj,
         pdb=pdb_obj,
+        service_account=service_account_obj,
+        role=role_obj,
+        role_binding=role_binding_obj,
         nodes=dict(node_map),
         pod_group=pod_group,
         config=config or OperatorConfig(),
@@ -463,11 +500,27 @@ def created_names(actions: Sequence[Action], kind: str) -> list[str]:
     return [o["metadata"]["name"] for o in creates(actions, kind)]
 
 
+def is_nudge(action: Action) -> bool:
+    """A patch that only sets a launcher pod's discovery annotation (see nudges())."""
+    if not isinstance(action, Patch) or action.kind != "Pod":
+        return False
+    return set((action.patch.get("metadata") or {}).get("annotations") or {}) == {c.ANNOTATION_DISCOVERED_HOSTS}
+
+
+def nudges(actions: Sequence[Action]) -> dict[str, str]:
+    """Launcher pods whose discovery annotation a plan sets, with the value."""
+    return {a.name: a.patch["metadata"]["annotations"][c.ANNOTATION_DISCOVERED_HOSTS] for a in actions if is_nudge(a)}
+
+
 def patches(actions: Sequence[Action], kind: str | None = None, name: str | None = None) -> list[Patch]:
+    """Patches of a kind; for pods, the workers' (launcher nudges have their own helper, nudges())."""
     return [
         a
         for a in actions
-        if isinstance(a, Patch) and (kind is None or a.kind == kind) and (name is None or a.name == name)
+        if isinstance(a, Patch)
+        and (kind is None or a.kind == kind)
+        and (name is None or a.name == name)
+        and not (kind == "Pod" and is_nudge(a))
     ]
 
 
@@ -530,17 +583,22 @@ def env_of(container: Obj) -> dict[str, str]:
 
 
 def existing_children(job: Obj, *, data: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """snap() keyword arguments for a job whose Service, ConfigMap, Secret, PDB (if elastic) and launcher exist,
-    so a plan shows only what a test is about."""
+    """snap() keyword arguments for a job whose Service, ConfigMap, Secret, PDB and launcher access (if elastic)
+    and launcher exist, so a plan shows only what a test is about. The launcher pod carries the discovery list
+    of `data`, as the operator would have annotated it."""
     ep = job["spec"].get("elasticPolicy")
     launcher = launcher_job(job)
+    pod = launcher_pod(launcher)
+    if ep is not None and data and c.DISCOVERED_HOSTS_KEY in data:
+        pod["metadata"]["annotations"] = {c.ANNOTATION_DISCOVERED_HOSTS: data[c.DISCOVERED_HOSTS_KEY]}
     return {
         "service_obj": service(job),
         "config_map_obj": config_map(job, data),
         "secret_obj": secret(job),
         "pdb_obj": pdb(job, ep.get("minReplicas", 1)) if ep is not None else None,
         "launcher": launcher,
-        "launcher_pods": [launcher_pod(launcher)],
+        "launcher_pods": [pod],
+        **(launcher_access(job) if ep is not None else {}),
     }
 
 

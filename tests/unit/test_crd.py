@@ -149,7 +149,9 @@ def test_elastic_policy_schema_has_the_user_facing_names() -> None:
         "nodeTerminationPolicy",
         "scaleInGracePeriodSeconds",
         "indexPolicy",
+        "hostDiscovery",
     }
+    assert ep["hostDiscovery"]["enum"] == ["API", "File"]
     assert ep["minReplicas"]["minimum"] == 1
     assert ep["nodeTerminationPolicy"]["enum"] == ["ScaleIn", "Replace", "Ignore"]
     assert ep["nodeTerminationPolicy"]["default"] == "ScaleIn"

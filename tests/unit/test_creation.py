@@ -214,7 +214,7 @@ def test_launcher_job_env_follows_the_implementation(implementation: str) -> Non
     config = next(v for v in launcher["spec"]["template"]["spec"]["volumes"] if v["name"] == "mpi-job-config")
     assert config["configMap"]["name"] == "pi-config"
     modes = {i["key"]: i["mode"] for i in config["configMap"]["items"]}
-    assert modes == {c.HOSTFILE_KEY: 0o444, c.DISCOVER_HOSTS_KEY: 0o555}
+    assert modes == {c.HOSTFILE_KEY: 0o444, c.DISCOVER_HOSTS_KEY: 0o555, c.DISCOVERED_HOSTS_KEY: 0o444}
 
 
 def test_launcher_job_passes_run_policy_through() -> None:

@@ -129,7 +129,7 @@ def test_listed_worker_already_terminating_is_not_waited_for() -> None:
     assert deleted_pods(actions) == []
     assert requeue(actions) is None
     data = config_data(actions)
-    assert data is not None and "pi-worker-2" not in data[c.DISCOVER_HOSTS_KEY]
+    assert data is not None and "pi-worker-2" not in data[c.DISCOVERED_HOSTS_KEY]
 
 
 def test_listed_worker_whose_node_is_gone_is_deleted_at_once() -> None:
@@ -190,7 +190,7 @@ def test_restart_with_a_scale_down_already_decided_keeps_the_same_victims() -> N
     assert deleted_pods(actions) == []
     assert created_names(actions, "Pod") == []
     data = config_data(actions)
-    assert data is not None and hosts_in(data[c.DISCOVER_HOSTS_KEY]) == ["pi-worker-1", "pi-worker-2"]
+    assert data is not None and hosts_in(data[c.DISCOVERED_HOSTS_KEY]) == ["pi-worker-1", "pi-worker-2"]
 
 
 def test_operator_restart_between_leaving_and_deletion_in_the_world() -> None:
@@ -334,4 +334,4 @@ def test_a_worker_marked_before_a_crash_but_still_in_discovery_gets_its_full_gra
     assert patched_pods(actions) == ["pi-worker-2"]
     assert requeue(actions) == pytest.approx(GRACE)
     data = config_data(actions)
-    assert data is not None and "pi-worker-2" not in " ".join(hosts_in(data[c.DISCOVER_HOSTS_KEY]))
+    assert data is not None and "pi-worker-2" not in " ".join(hosts_in(data[c.DISCOVERED_HOSTS_KEY]))

@@ -89,7 +89,7 @@ def test_scale_in_writes_one_spec_patch_lowering_replicas_and_listing_the_worker
     # The workers leave discovery in the same plan; no replacement.
     assert patched_pods(actions) == ["pi-worker-2", "pi-worker-3"]
     data = config_data(actions)
-    assert data is not None and hosts_in(data[c.DISCOVER_HOSTS_KEY]) == ["pi-worker-0", "pi-worker-1"]
+    assert data is not None and hosts_in(data[c.DISCOVERED_HOSTS_KEY]) == ["pi-worker-0", "pi-worker-1"]
     assert created_names(actions, "Pod") == []
 
 

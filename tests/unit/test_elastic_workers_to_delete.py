@@ -67,7 +67,7 @@ def test_listed_workers_leave_discovery_first_and_are_not_deleted_yet() -> None:
         assert p.resource_version == "10"
     data = config_data(actions)
     assert data is not None
-    assert hosts_in(data[c.DISCOVER_HOSTS_KEY]) == ["pi-worker-0", "pi-worker-2"]
+    assert hosts_in(data[c.DISCOVERED_HOSTS_KEY]) == ["pi-worker-0", "pi-worker-2"]
     assert hosts_in(data[c.HOSTFILE_KEY]) == ["pi-worker-0", "pi-worker-2"]
     # Recorded first, then taken out of discovery.
     kinds = [a.kind for a in actions if isinstance(a, Patch)]

@@ -110,7 +110,9 @@ def check_graceful(s: Snapshot, actions: list[Action]) -> None:
     gone = set(newly) | set(deleted) | {n for n, p in owned.items() if is_leaving(p)}
     for a in actions:
         if isinstance(a, Patch) and a.kind == "ConfigMap":
-            discovered = set(hosts_in(a.patch["data"][c.DISCOVER_HOSTS_KEY]))
+            # The list as it will be: the patch names only the keys that change.
+            data = {**((s.config_map or {}).get("data") or {}), **a.patch["data"]}
+            discovered = set(hosts_in(data[c.DISCOVERED_HOSTS_KEY]))
             assert not discovered & gone, f"{discovered & gone} still discoverable"
 
 

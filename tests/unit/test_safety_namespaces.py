@@ -64,6 +64,9 @@ def test_cache_view_of_a_job_leaves_out_pods_of_other_namespaces() -> None:
         "configmaps": {},
         "secrets": {},
         "pdbs": {},
+        "serviceaccounts": {},
+        "roles": {},
+        "rolebindings": {},
         "nodes": {},
     }
 

@@ -19,8 +19,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from mpijob.api import constants as c
-from mpijob.planner.actions import Action, ConfirmAbsence, Create, Delete, Emit, Patch, RequeueAfter
-from mpijob.planner.hostfile import parse_discovery_output
+from mpijob.planner.actions import Action, ConfirmAbsence, Create, Defer, Delete, Emit, Patch, RequeueAfter
+from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Obj, OperatorConfig, Snapshot, format_time
 
@@ -158,10 +158,8 @@ class World:
         return dict(cm.get("data") or {})
 
     def discovered(self, job_name: str) -> list[str]:
-        """Pod names listed by discover_hosts.sh (the first label of each host name)."""
-        script = self.config_data(job_name)[c.DISCOVER_HOSTS_KEY]
-        output = "\n".join(line.removeprefix("echo ") for line in script.splitlines() if line.startswith("echo "))
-        return [host.split(".")[0] for host, _ in parse_discovery_output(output)]
+        """Pod names in the job's discovery list (the first label of each host name)."""
+        return [host.split(".")[0] for host in listed_hosts(self.config_data(job_name))]
 
     def hostfile_hosts(self, job_name: str) -> list[str]:
         text = self.config_data(job_name)[c.HOSTFILE_KEY]
@@ -188,6 +186,9 @@ class World:
             config_map=copy.deepcopy(self.get("ConfigMap", c.config_map_name(job_name))),
             secret=copy.deepcopy(self.get("Secret", c.secret_name(job_name))),
             pdb=copy.deepcopy(self.get("PodDisruptionBudget", c.pdb_name(job_name))),
+            service_account=copy.deepcopy(self.get("ServiceAccount", c.discovery_rbac_name(job_name))),
+            role=copy.deepcopy(self.get("Role", c.discovery_rbac_name(job_name))),
+            role_binding=copy.deepcopy(self.get("RoleBinding", c.discovery_rbac_name(job_name))),
             nodes=copy.deepcopy(self.nodes),
             pod_group=copy.deepcopy(self.get("PodGroup", job_name)),
             config=self.config,
@@ -195,26 +196,35 @@ class World:
 
     def reconcile(self, job_name: str) -> list[Action]:
         """One reconcile: plan on a fresh snapshot and apply (stopping at the first failure). A plan that asks
-        for live reads (ConfirmAbsence) is answered from the world and planned again, as the controller does."""
-        if self.get("MPIJob", job_name) is None:
-            return []
+        for live reads (ConfirmAbsence) is answered from the world and planned again, as the controller does.
+        A plan that defers (urgent discovery writes first) is followed at once by the next one, as the
+        controller requeues it; the actions applied by all of them are returned."""
+        done: list[Action] = []
         checks: dict[tuple[str, str], bool] = {}
-        for _ in range(3):
+        for _ in range(8):
+            if self.get("MPIJob", job_name) is None:
+                return done
             snapshot = replace(self.snapshot(job_name), absence_checks=dict(checks))
             actions = plan(snapshot)
             if self.observer is not None:
                 self.observer(snapshot, actions)
-            self.plans.append(actions)
+            deferred = [i for i, a in enumerate(actions) if isinstance(a, Defer)]
+            # A deferred plan is recorded as far as it goes (what follows Defer is not applied: the next plan
+            # decides it again).
+            self.plans.append(actions[: deferred[0] + 1] if deferred else actions)
             asks = [a for a in actions if isinstance(a, ConfirmAbsence)]
-            if not asks:
-                break
-            assert len(asks) == len(actions), "a plan that asks for live reads writes nothing"
-            self.reads += len(asks)
-            for a in asks:
-                present = a.name in self.nodes if a.kind == "Node" else self.get(a.kind, a.name) is not None
-                checks[(a.kind, a.name)] = not present
-        self.apply(actions)
-        return actions
+            if asks:
+                assert len(asks) == len(actions), "a plan that asks for live reads writes nothing"
+                self.reads += len(asks)
+                for a in asks:
+                    present = a.name in self.nodes if a.kind == "Node" else self.get(a.kind, a.name) is not None
+                    checks[(a.kind, a.name)] = not present
+                continue
+            failed = self.apply(actions)
+            if failed is not None or not deferred:
+                return done + actions
+            done += actions[: deferred[0]]
+        raise AssertionError(f"plans keep asking or deferring: {self.plans[-3:]}")
 
     def settle(self, job_name: str, *, max_rounds: int = 60, kubelet: bool = True, follow_requeue: bool = True) -> int:
         """Reconciles until a plan writes nothing. With `kubelet`, pending pods are scheduled and started and
@@ -247,6 +257,8 @@ class World:
                 skip_event = False
                 continue
             skip_event = False
+            if isinstance(action, Defer):
+                return None  # the executor stops here; the job is reconciled again
             if isinstance(action, RequeueAfter | ConfirmAbsence):
                 continue
             try:

@@ -23,6 +23,15 @@ ANNOTATION_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 CONFIG_MOUNT_PATH = "/etc/mpi"
 HOSTFILE_KEY = "hostfile"
 DISCOVER_HOSTS_KEY = "discover_hosts.sh"
+# The job's current discovery list (`host:slots` lines under a header), in the ConfigMap: what the
+# launcher's discover_hosts.sh reads from the API, and the same text in a launcher pod annotation that a
+# downwardAPI volume projects into the launcher (the file fallback; an annotation change makes the kubelet
+# sync the pod at once, a ConfigMap change does not).
+DISCOVERED_HOSTS_KEY = "discovered_hosts"
+ANNOTATION_DISCOVERED_HOSTS = "mpijob.kubeflow.org/discovered-hosts"
+DISCOVERY_MOUNT_PATH = "/etc/mpi-discovery"
+DISCOVERY_FILE = "hosts"
+SERVICE_ACCOUNT_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 # Taints that clouds and their termination handlers put on a node that is about to go away.
 DEFAULT_TERMINATION_TAINTS: tuple[str, ...] = (
@@ -61,6 +70,11 @@ def secret_name(job: str) -> str:
 
 def pdb_name(job: str) -> str:
     return f"{job}-workers"
+
+
+def discovery_rbac_name(job: str) -> str:
+    """The launcher's ServiceAccount, Role and RoleBinding (read access to the job's discovery list only)."""
+    return f"{job}-launcher"
 
 
 def worker_index(job: str, pod_name: str) -> int | None:

@@ -63,6 +63,11 @@ class IndexPolicy(StrEnum):
     APPEND = "Append"
 
 
+class HostDiscovery(StrEnum):
+    API = "API"
+    FILE = "File"
+
+
 class ReplicaType(StrEnum):
     LAUNCHER = "Launcher"
     WORKER = "Worker"
@@ -183,6 +188,13 @@ class ElasticPolicy(_Model):
         default=IndexPolicy.FILL_GAPS,
         alias="indexPolicy",
         description="Index of a new worker: FillGaps (lowest free) or Append (above the highest ever used).",
+    )
+    host_discovery: HostDiscovery = Field(
+        default=HostDiscovery.API,
+        alias="hostDiscovery",
+        description="Where the launcher's discover_hosts.sh reads the host list: API (from the API server with "
+        "a per-job ServiceAccount that can read only this job's list; the projected file as fallback) or File "
+        "(the projected file only; no RBAC objects).",
     )
 
 

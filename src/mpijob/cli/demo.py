@@ -11,10 +11,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -23,10 +21,9 @@ from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
 from mpijob.cli.elastic import pod_table
 from mpijob.cli.kube import client, job_path, worker_pods
+from mpijob.cli.launcher_view import launcher_view
 from mpijob.cli.operator import install_crd
 from mpijob.executor.client import ApiError, Client
-from mpijob.executor.resources import object_path
-from mpijob.planner.hostfile import parse_discovery_output
 from mpijob.testbed import cluster
 from mpijob.testbed.nodes import SPOT_ITN_TAINT, taint_node, untaint_node
 
@@ -136,17 +133,37 @@ def _manifest() -> dict[str, Any]:
 
 
 async def run_discovery(kube: Client) -> list[tuple[str, int]]:
-    """Runs discover_hosts.sh from the job's ConfigMap with `sh`, as Horovod's driver would."""
-    cm = await kube.get(object_path("v1", "ConfigMap", NAMESPACE, c.config_map_name(JOB)))
-    script = cm["data"][c.DISCOVER_HOSTS_KEY]
-    with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as handle:
-        handle.write(script)
-    try:
-        proc = await asyncio.create_subprocess_exec("sh", handle.name, stdout=asyncio.subprocess.PIPE)
-        out, _ = await proc.communicate()
-    finally:
-        os.unlink(handle.name)
-    return parse_discovery_output(out.decode())
+    """The launcher's view: discover_hosts.sh run with the launcher's own token (cli/launcher_view.py)."""
+    view = await launcher_view(kube, NAMESPACE, JOB)
+    if not view.ok:
+        raise KeyError(view.error)
+    return view.hosts
+
+
+def api_view(pods: list[dict[str, Any]]) -> list[str]:
+    """Workers that should be in discovery, from the pods in the API: Running, not leaving, not terminating."""
+    return [
+        f"{p['metadata']['name']}.{JOB}.{NAMESPACE}.svc"
+        for p in pods
+        if (p.get("status") or {}).get("phase") == "Running"
+        and not p["metadata"].get("deletionTimestamp")
+        and c.ANNOTATION_LEAVING_SINCE not in (p["metadata"].get("annotations") or {})
+    ]
+
+
+async def _print_views(kube: Client) -> None:
+    view = await launcher_view(kube, NAMESPACE, JOB)
+    pods = await worker_pods(kube, NAMESPACE, JOB)
+    print(
+        f"  launcher's view: discover_hosts.sh run with the launcher's own token "
+        f"(exit {'0' if view.ok else 'non-zero'}, {view.seconds * 1000:.0f} ms, from {view.source or '-'}):"
+    )
+    _print_discovery(view.hosts)
+    if not view.ok:
+        print(f"    {view.error.strip()}")
+    print("  API view: worker pods Running and not leaving:")
+    for host in api_view(pods):
+        print(f"    {host}")
 
 
 async def _wait(check: Any, limit: float, what: str) -> float:
@@ -189,8 +206,7 @@ async def _scenario(kubeconfig: Path, clock: Clock) -> None:
         before = await worker_pods(kube, NAMESPACE, JOB)
         print("\nBEFORE (the seed's table):")
         print(pod_table(before, JOB))
-        print("  discover_hosts.sh, executed with sh:")
-        _print_discovery(await run_discovery(kube))
+        await _print_views(kube)
         survivors = {
             p["metadata"]["name"]: p["metadata"]["uid"] for p in before if p["spec"].get("nodeName") == "node-1"
         }
@@ -205,17 +221,33 @@ async def _scenario(kubeconfig: Path, clock: Clock) -> None:
             job = await kube.get(job_path(NAMESPACE, JOB))
             return bool(job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2)
 
-        took = await _wait(replicas_lowered, 60, "the operator to lower replicas")
-        clock.mark("taint -> MPIJob patched (replicas 4 -> 2, workersToDelete)", took)
-        clock.say(
-            f"operator patched the MPIJob: replicas 4 -> 2, workersToDelete {doomed} ({took:.2f}s after the taint)"
+        async def launcher_shrunk() -> float:
+            # The launcher's script, run again and again from the taint on, as Horovod's driver runs it.
+            while True:
+                started = time.monotonic()
+                if await _discovery_size(kube, 2):
+                    return time.monotonic() - tainted  # an upper bound: when that run had ended
+                if started - tainted > 60:
+                    raise SystemExit("demo: the launcher's discovery never shrank")
+
+        seen, patched = await asyncio.gather(
+            launcher_shrunk(), _wait(replicas_lowered, 60, "the operator to lower replicas")
         )
-        took = await _wait(lambda: _discovery_size(kube, 2), 60, "discovery to shrink")
-        took = time.monotonic() - tainted
-        clock.mark("taint -> workers out of discover_hosts.sh", took)
+        pods = await worker_pods(kube, NAMESPACE, JOB)
+        running = sorted(
+            p["metadata"]["name"]
+            for p in pods
+            if p["metadata"]["name"] in doomed and (p.get("status") or {}).get("phase") == "Running"
+        )
+        clock.mark("taint -> launcher's discover_hosts.sh (its own token) no longer lists node-2", seen)
         clock.say(
-            f"discover_hosts.sh lists only node-1's workers ({took:.2f}s after the taint); "
-            "Horovod re-forms at its next commit"
+            f"the launcher's discover_hosts.sh lists only node-1's workers (a run that ended {seen:.2f}s after "
+            f"the taint); node-2's workers {running} still run; Horovod re-forms at its next commit"
+        )
+        clock.mark("taint -> MPIJob patched (replicas 4 -> 2, workersToDelete)", patched)
+        clock.say(
+            f"operator recorded it in the MPIJob: replicas 4 -> 2, workersToDelete {doomed} "
+            f"({patched:.2f}s after the taint)"
         )
 
         async def doomed_gone() -> bool:
@@ -230,8 +262,7 @@ async def _scenario(kubeconfig: Path, clock: Clock) -> None:
         after = await worker_pods(kube, NAMESPACE, JOB)
         print("\nAFTER:")
         print(pod_table(after, JOB))
-        print("  discover_hosts.sh, executed with sh:")
-        _print_discovery(await run_discovery(kube))
+        await _print_views(kube)
         job = await kube.get(job_path(NAMESPACE, JOB))
         pending = [p["metadata"]["name"] for p in after if (p.get("status") or {}).get("phase") == "Pending"]
         kept = all(

@@ -15,6 +15,7 @@ from mpijob.api import constants as c
 from mpijob.cli.kube import client, job_path, resolve_namespace, run_command, worker_pods
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import object_path
+from mpijob.planner.discovery import listed_lines
 from mpijob.planner.hostfile import parse_discovery_output
 from mpijob.planner.snapshot import controller_uid
 
@@ -191,10 +192,8 @@ async def _scale(args: argparse.Namespace) -> int:
 
 
 def discovery_from_config_map(config_map: dict[str, Any]) -> list[tuple[str, int]]:
-    """What discover_hosts.sh prints, from its text (each line is `echo host:slots`)."""
-    script = (config_map.get("data") or {}).get(c.DISCOVER_HOSTS_KEY, "")
-    lines = [line[len("echo ") :] for line in script.splitlines() if line.startswith("echo ")]
-    return parse_discovery_output("\n".join(lines))
+    """The discovery list as the API holds it (what the launcher's discover_hosts.sh prints from the API)."""
+    return parse_discovery_output("\n".join(listed_lines(config_map.get("data") or {})))
 
 
 def worker_rows(pods: list[dict[str, Any]], job: str) -> list[dict[str, Any]]:

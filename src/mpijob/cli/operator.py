@@ -32,7 +32,13 @@ def register(subparsers: Any) -> None:
         default=_env_list("MPIJOB_NAMESPACES"),
         help="namespace to watch (repeatable; env MPIJOB_NAMESPACES, comma-separated); default: all",
     )
-    op.add_argument("--workers", type=int, default=int(os.environ.get("MPIJOB_WORKERS", "4")))
+    op.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("MPIJOB_WORKERS", "16")),
+        help="concurrent reconciles (different jobs); a reconcile mostly waits on the API server, and after a "
+        "node taint every affected job needs its discovery write at once (env MPIJOB_WORKERS)",
+    )
     op.add_argument("--kube-api-qps", type=float, default=float(os.environ.get("MPIJOB_KUBE_API_QPS", "50")))
     op.add_argument("--kube-api-burst", type=int, default=int(os.environ.get("MPIJOB_KUBE_API_BURST", "100")))
     op.add_argument("--log-format", choices=("text", "json"), default=os.environ.get("MPIJOB_LOG_FORMAT", "text"))
@@ -44,6 +50,13 @@ def register(subparsers: Any) -> None:
         help="comma-separated taint keys that mark a node as going away",
     )
     op.add_argument("--no-cordon-signal", action="store_true", help="do not treat a cordoned node as terminating")
+    op.add_argument(
+        "--no-api-discovery",
+        action="store_true",
+        default=os.environ.get("MPIJOB_API_DISCOVERY", "true").lower() in ("false", "0", "no", "off"),
+        help="elastic launchers read their host list from the projected file only: no per-job ServiceAccount, "
+        "Role or RoleBinding (env MPIJOB_API_DISCOVERY=false)",
+    )
     op.add_argument("--leader-elect", action="store_true", help="hold a Lease before reconciling")
     op.add_argument("--lock-namespace", default=os.environ.get("MPIJOB_LOCK_NAMESPACE", "mpijob-system"))
     op.add_argument(
@@ -105,6 +118,7 @@ def _operator(args: argparse.Namespace) -> int:
             cluster_domain=args.cluster_domain,
             termination_taints=tuple(t.strip() for t in args.termination_taints.split(",") if t.strip()),
             cordon_is_termination=not args.no_cordon_signal,
+            api_discovery=not args.no_api_discovery,
             leader_elect=args.leader_elect,
             lock_namespace=args.lock_namespace,
             health_port=args.health_port,

@@ -38,7 +38,12 @@ def _build(args: argparse.Namespace) -> int:
 
 def _up(args: argparse.Namespace) -> int:
     tb = cluster.up(
-        nodes=args.nodes, state_dir=args.dir, bin_dir=args.bin_dir, echo=_echo, with_=tuple(args.with_.split(","))
+        nodes=args.nodes,
+        state_dir=args.dir,
+        bin_dir=args.bin_dir,
+        echo=_echo,
+        with_=tuple(args.with_.split(",")),
+        real_node=args.real_node,
     )
     print(f"nodes: {', '.join(tb.nodes) or '(none)'}")
     print(f"export KUBECONFIG={tb.kubeconfig}")
@@ -114,6 +119,11 @@ def register(subparsers: Any) -> None:
         default="",
         help="opt-in scheduling components, comma-separated: kueue, coscheduling (built from their Go modules "
         "by testbed/extras/build.sh on first use); volcano is not available here",
+    )
+    p.add_argument(
+        "--real-node",
+        action="store_true",
+        help="also run one real node (containerd + kubelet on this host; root; installs Debian packages)",
     )
     p.set_defaults(func=_guarded(_up))
 

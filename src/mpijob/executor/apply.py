@@ -20,7 +20,7 @@ from mpijob.api.models import API_VERSION
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import collection_path, object_path
 from mpijob.executor.sshkeys import ssh_key_pair
-from mpijob.planner.actions import Action, ConfirmAbsence, Create, Delete, Emit, Patch, RequeueAfter
+from mpijob.planner.actions import Action, ConfirmAbsence, Create, Defer, Delete, Emit, Patch, RequeueAfter
 from mpijob.planner.snapshot import format_time
 
 log = logging.getLogger("mpijob.executor")
@@ -39,6 +39,10 @@ class Outcome:
     created_pods: list[str] = field(default_factory=list)
     # How many actions, from the first, were applied (all of them unless execution stopped early).
     applied: int = 0
+    # The plan said Defer: the urgent writes are done; reconcile the job again behind the queue.
+    deferred: bool = False
+    # resourceVersion of the job's ConfigMap after our patch, if we patched it.
+    config_map_resource_version: str | None = None
     # (kind, name) of an object a write found gone (404): the cache still has it (a ghost).
     gone: tuple[str, str] | None = None
     # Answers to ConfirmAbsence, by (kind, name): True = 404 (gone), False = exists.
@@ -68,6 +72,9 @@ class Executor:
                     skip_next_event = False
                     continue
                 skip_next_event = False
+                if isinstance(action, Defer):
+                    outcome.deferred = True
+                    return outcome
                 if isinstance(action, Create | Patch | Delete) and self.fence is not None and not self.fence():
                     outcome.conflict = "not the leader any more; stopping before the next write"
                     return outcome
@@ -84,6 +91,8 @@ class Executor:
                     is_job = action.kind == "MPIJob" and action.name == job_name
                     result = await self._patch(namespace, action, job_rv if is_job else None)
                     outcome.writes += 1
+                    if action.kind == "ConfigMap" and isinstance(result, dict):
+                        outcome.config_map_resource_version = (result.get("metadata") or {}).get("resourceVersion")
                     if is_job and isinstance(result, dict):
                         # Later writes to the job in this batch build on the version we just made.
                         job_rv = (result.get("metadata") or {}).get("resourceVersion", job_rv)

@@ -54,6 +54,12 @@ class RequeueAfter:
 
 
 @dataclass(frozen=True)
+class Defer:
+    """Stop here and reconcile the job again later, behind the other queued jobs: the writes before it are
+    urgent (workers leaving discovery), the rest can wait. The next plan recomputes the rest from fresh data."""
+
+
+@dataclass(frozen=True)
 class ConfirmAbsence:
     """A live read the planner needs before deciding: the cache lacks this object, and a destructive or
     replica-lowering decision depends on its absence (a cold cache, a watch not delivered yet, a watch gap).
@@ -64,4 +70,4 @@ class ConfirmAbsence:
     name: str
 
 
-Action = Create | Patch | Delete | Emit | RequeueAfter | ConfirmAbsence
+Action = Create | Patch | Delete | Emit | RequeueAfter | ConfirmAbsence | Defer

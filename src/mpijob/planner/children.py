@@ -151,7 +151,17 @@ def user_annotations(annotations: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in annotations.items() if not str(k).startswith(c.ANNOTATION_PREFIX)}
 
 
-def launcher_job(job: Obj, spec: MPIJobSpec) -> Obj:
+def user_service_account(spec: MPIJobSpec) -> str | None:
+    """The ServiceAccount the user chose for the launcher, if any (`serviceAccount` is its old alias)."""
+    pod_spec = spec.launcher.template.get("spec") or {}
+    name = pod_spec.get("serviceAccountName") or pod_spec.get("serviceAccount")
+    return str(name) if name else None
+
+
+def launcher_job(job: Obj, spec: MPIJobSpec, *, discovery_account: str | None = None) -> Obj:
+    """The launcher Job. An elastic launcher also gets the projected discovery list (a downwardAPI volume of
+    its pod's annotation) and, with `discovery_account`, runs as that ServiceAccount (ours; never replaces
+    the user's choice)."""
     name = name_of(job)
     run_policy = spec.run_policy
     tmeta, pod_spec = _template_parts(spec.launcher.template)
@@ -161,6 +171,8 @@ def launcher_job(job: Obj, spec: MPIJobSpec) -> Obj:
     pod_spec["hostname"] = c.launcher_name(name)
     pod_spec["subdomain"] = name
     pod_spec["restartPolicy"] = (spec.launcher.restart_policy or RestartPolicy.ON_FAILURE).value
+    if discovery_account and not user_service_account(spec):
+        pod_spec["serviceAccountName"] = discovery_account
     ssh_volume, ssh_mount = _ssh_volume(name, spec.ssh_auth_mount_path)
     config_volume = {
         "name": "mpi-job-config",
@@ -169,17 +181,33 @@ def launcher_job(job: Obj, spec: MPIJobSpec) -> Obj:
             "items": [
                 {"key": c.HOSTFILE_KEY, "path": c.HOSTFILE_KEY, "mode": 0o444},
                 {"key": c.DISCOVER_HOSTS_KEY, "path": c.DISCOVER_HOSTS_KEY, "mode": 0o555},
+                {"key": c.DISCOVERED_HOSTS_KEY, "path": c.DISCOVERED_HOSTS_KEY, "mode": 0o444},
             ],
         },
     }
-    pod_spec["volumes"] = list(pod_spec.get("volumes") or []) + [ssh_volume, config_volume]
+    volumes = [ssh_volume, config_volume]
+    mounts = [ssh_mount, {"name": "mpi-job-config", "mountPath": c.CONFIG_MOUNT_PATH}]
+    if spec.elastic_policy is not None:
+        volumes.append(
+            {
+                "name": "mpi-job-discovery",
+                "downwardAPI": {
+                    "items": [
+                        {
+                            "path": c.DISCOVERY_FILE,
+                            "fieldRef": {"fieldPath": f"metadata.annotations['{c.ANNOTATION_DISCOVERED_HOSTS}']"},
+                            "mode": 0o444,
+                        }
+                    ]
+                },
+            }
+        )
+        mounts.append({"name": "mpi-job-discovery", "mountPath": c.DISCOVERY_MOUNT_PATH, "readOnly": True})
+    pod_spec["volumes"] = list(pod_spec.get("volumes") or []) + volumes
     env = [{"name": "K_MPI_JOB_ROLE", "value": c.ROLE_LAUNCHER}, *_implementation_env(spec)]
     for container in pod_spec.get("containers") or []:
         _add_env(container, env)
-        container["volumeMounts"] = list(container.get("volumeMounts") or []) + [
-            ssh_mount,
-            {"name": "mpi-job-config", "mountPath": c.CONFIG_MOUNT_PATH},
-        ]
+        container["volumeMounts"] = list(container.get("volumeMounts") or []) + mounts
     job_spec: Obj = {
         "template": {"metadata": {**tmeta, "labels": labels}, "spec": pod_spec},
         "podReplacementPolicy": "Failed",
@@ -196,6 +224,52 @@ def launcher_job(job: Obj, spec: MPIJobSpec) -> Obj:
         "kind": "Job",
         "metadata": _metadata(job, c.launcher_name(name), default_labels(name, c.ROLE_LAUNCHER)),
         "spec": job_spec,
+    }
+
+
+def discovery_service_account(job: Obj) -> Obj:
+    name = name_of(job)
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _metadata(job, c.discovery_rbac_name(name), default_labels(name, c.ROLE_LAUNCHER)),
+    }
+
+
+def discovery_rules(job: Obj) -> list[Obj]:
+    """`get` of this job's ConfigMap by name and nothing else (no list or watch, no other name or kind)."""
+    return [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [c.config_map_name(name_of(job))],
+            "verbs": ["get"],
+        }
+    ]
+
+
+def discovery_role(job: Obj) -> Obj:
+    name = name_of(job)
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _metadata(job, c.discovery_rbac_name(name), default_labels(name, c.ROLE_LAUNCHER)),
+        "rules": discovery_rules(job),
+    }
+
+
+def discovery_subjects(job: Obj, account: str) -> list[Obj]:
+    return [{"kind": "ServiceAccount", "name": account, "namespace": meta(job).get("namespace")}]
+
+
+def discovery_role_binding(job: Obj, account: str) -> Obj:
+    name = name_of(job)
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _metadata(job, c.discovery_rbac_name(name), default_labels(name, c.ROLE_LAUNCHER)),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": c.discovery_rbac_name(name)},
+        "subjects": discovery_subjects(job, account),
     }
 
 

@@ -15,14 +15,21 @@ from pydantic import ValidationError
 
 from mpijob.api import constants as c
 from mpijob.api import rules
-from mpijob.api.models import API_VERSION, CleanPodPolicy, LauncherCreationPolicy, MPIJobSpec
-from mpijob.planner import children, podgroups
+from mpijob.api.models import (
+    API_VERSION,
+    CleanPodPolicy,
+    HostDiscovery,
+    LauncherCreationPolicy,
+    MPIJobSpec,
+)
+from mpijob.planner import children, discovery, podgroups
 from mpijob.planner import status as st
-from mpijob.planner.actions import Action, ConfirmAbsence, Create, Delete, Emit, Patch, RequeueAfter
+from mpijob.planner.actions import Action, ConfirmAbsence, Create, Defer, Delete, Emit, Patch, RequeueAfter
 from mpijob.planner.hostfile import discover_hosts_script, hostfile
 from mpijob.planner.snapshot import (
     Obj,
     Snapshot,
+    annotations_of,
     condition,
     condition_true,
     format_time,
@@ -92,6 +99,7 @@ class _Planner:
         self.wake: list[float] = []
         self.conflicts: list[str] = []
         self.status_events: list[Emit] = []
+        self.urgent_nudges: list[Action] = []
         # Pods of a launcher Job we do not own say nothing about this job.
         launcher = snapshot.launcher
         self.launcher_pods = snapshot.launcher_pods if launcher is not None and is_owned_by(launcher, self.job) else ()
@@ -179,6 +187,10 @@ class _Planner:
                 self.status["lastWorkerIndex"] = max(taken)
         return -1 if "lastWorkerIndex" not in self.status else int(self.status["lastWorkerIndex"])
 
+    def api_discovery(self) -> bool:
+        ep = self.spec.elastic_policy
+        return ep is not None and ep.host_discovery is HostDiscovery.API and self.s.config.api_discovery
+
     # -- the plan ------------------------------------------------------------------------------------
     def run(self) -> list[Action]:
         if st.is_true(self.status, st.INVALID_SPEC):
@@ -203,7 +215,31 @@ class _Planner:
         self.actions += self.last
         if self.wake:
             self.actions.append(RequeueAfter(max(0.0, min(self.wake))))
-        return self.actions
+        return self.urgent_first(self.actions)
+
+    def urgent_first(self, actions: list[Action]) -> list[Action]:
+        """Workers leaving discovery is what the launcher must see first (a node may have seconds left). When
+        this plan drops hosts from the ConfigMap's list (what the launcher reads from the API), that write
+        goes first, then Defer: the job is planned again behind the other queued jobs, so after a node taint
+        every affected job's API list changes before any job's other writes. The next plan, likewise, puts
+        the launcher nudges that drop hosts (the file fallback) first. Then the rest: spec record, leaving
+        marks, status, Events. Safe: each plan recomputes the same decisions from the node signals, and a
+        leaving worker's grace period counts from its mark, made later, never earlier."""
+        urgent: list[Action] = []
+        for action in actions:
+            if isinstance(action, Patch) and action.kind == "ConfigMap":
+                current = (self.s.config_map or {}).get("data") or {}
+                # The data as it will be: the patch names only the keys that change.
+                merged = {**current, **(action.patch.get("data") or {})}
+                after = discovery.listed_hosts({k: v for k, v in merged.items() if v is not None})
+                if set(discovery.listed_hosts(current)) - set(after):
+                    urgent = [action]
+        if not urgent:
+            urgent = [a for a in actions if any(a is n for n in self.urgent_nudges)]
+        rest = [a for a in actions if not any(a is u for u in urgent)]
+        if not urgent or not any(isinstance(a, Create | Patch | Delete) for a in rest):
+            return actions
+        return [*urgent, Defer(), *rest]
 
     def active(self) -> None:
         spec = self.spec
@@ -247,13 +283,20 @@ class _Planner:
                     resource_version=meta(leave.pod).get("resourceVersion"),
                 )
             )
-        self.ensure_config_map(wp)
-        if wp.to_leave:
+        listed = self.ensure_config_map(wp)
+        self.nudge_launcher(listed)
+        # Announced after the writes that matter to the launcher: the record, the marks, discovery, the nudge.
+        for type_, reason, message in wp.events:
+            self.emit(type_, reason, message)
+        # One Event per decision: workers leaving because of a node are named by its NodeTerminating Event.
+        announced = {name_of(s.pod) for s in wp.signals}
+        leaving = [x for x in wp.to_leave if name_of(x.pod) not in announced]
+        if leaving:
             self.emit(
                 "Normal",
                 "WorkersLeaving",
-                f"workers {', '.join(name_of(x.pod) for x in wp.to_leave)} left discovery "
-                f"({', '.join(sorted({x.reason for x in wp.to_leave}))})",
+                f"workers {', '.join(name_of(x.pod) for x in leaving)} left discovery "
+                f"({', '.join(sorted({x.reason for x in leaving}))})",
             )
         self.ensure_secret()
         self.ensure_pdb()
@@ -284,7 +327,9 @@ class _Planner:
         if wp.wake_after is not None:
             self.wake.append(wp.wake_after)
 
-        self.ensure_launcher(wp)
+        ready, account = self.ensure_discovery_access()
+        if ready:
+            self.ensure_launcher(wp, account)
         self.worker_status(wp)
         self.conflict_condition()
 
@@ -304,8 +349,6 @@ class _Planner:
                     resource_version=meta(self.job).get("resourceVersion"),
                 )
             )
-        for type_, reason, message in wp.events:
-            self.emit(type_, reason, message)
 
     def ensure_service(self) -> None:
         desired = children.service(self.job, self.spec)
@@ -334,7 +377,8 @@ class _Planner:
                     )
                 )
 
-    def ensure_config_map(self, wp: WorkerPlan) -> None:
+    def ensure_config_map(self, wp: WorkerPlan) -> str:
+        """The hostfile, discover_hosts.sh and the discovery list; returns the list."""
         domain = self.s.config.cluster_domain
         slots = self.spec.slots_per_worker
         launcher_host = (
@@ -344,12 +388,27 @@ class _Planner:
         )
         hosts = [children.worker_host(self.job, n, domain) for n in wp.hostfile_names]
         discovered = [children.worker_host(self.job, n, domain) for n in wp.discovery_names]
-        data = {
-            c.HOSTFILE_KEY: hostfile(hosts, slots, self.spec.mpi_implementation, launcher_host),
-            c.DISCOVER_HOSTS_KEY: discover_hosts_script(discovered, slots, launcher_host),
-        }
         name = c.config_map_name(self.name)
         current = self.s.config_map
+        namespace = str(meta(self.job).get("namespace"))
+        listed = discovery.desired_payload(
+            ((current or {}).get("data") or {}).get(c.DISCOVERED_HOSTS_KEY) if current is not None else None,
+            namespace,
+            self.name,
+            ([launcher_host] if launcher_host else []) + discovered,
+            slots,
+            self.now,
+        )
+        if self.spec.elastic_policy is not None:
+            script = discovery.script(namespace, self.name, uid_of(self.job), use_api=self.api_discovery())
+        else:
+            # Static jobs keep the reference's plain script: their hosts only change while they start.
+            script = discover_hosts_script(discovered, slots, launcher_host)
+        data = {
+            c.HOSTFILE_KEY: hostfile(hosts, slots, self.spec.mpi_implementation, launcher_host),
+            c.DISCOVER_HOSTS_KEY: script,
+            c.DISCOVERED_HOSTS_KEY: listed,
+        }
         owned = self.owned_or_conflict(current, "ConfigMap", name)
         if owned is None:
             self.create(children.config_map(self.job, data))
@@ -359,12 +418,77 @@ class _Planner:
                     "v1",
                     "ConfigMap",
                     name,
-                    # Keys we do not write are nulled: a merge patch keeps what it does not name.
-                    {"data": _merge_patch_to(current.get("data") or {}, data)},
+                    # Only the keys that changed (the script rarely does); keys we do not write are nulled: a
+                    # merge patch keeps what it does not name.
+                    {"data": _changed_keys(current.get("data") or {}, data)},
                     resource_version=meta(current).get("resourceVersion"),
                 )
             )
         self.status["discoveredHosts"] = list(wp.discovery_names)
+        return listed
+
+    def nudge_launcher(self, listed: str) -> None:
+        """The discovery list in an annotation of each live launcher pod, which a downwardAPI volume projects
+        into it: the kubelet syncs a pod as soon as its annotations change, so the launcher's file fallback
+        follows within about a second instead of the ConfigMap volume's ~1 min resync. Written only when it
+        differs (a steady job writes nothing)."""
+        if self.spec.elastic_policy is None:
+            return
+        for pod in self.launcher_pods:
+            if is_terminating(pod) or pod_phase(pod) in FINISHED_PHASES:
+                continue
+            current = annotations_of(pod).get(c.ANNOTATION_DISCOVERED_HOSTS)
+            if current != listed:
+                patch = Patch(
+                    "v1", "Pod", name_of(pod), {"metadata": {"annotations": {c.ANNOTATION_DISCOVERED_HOSTS: listed}}}
+                )
+                self.actions.append(patch)
+                before = discovery.listed_hosts({c.DISCOVERED_HOSTS_KEY: current or ""})
+                if set(before) - set(discovery.listed_hosts({c.DISCOVERED_HOSTS_KEY: listed})):
+                    self.urgent_nudges.append(patch)
+
+    def ensure_discovery_access(self) -> tuple[bool, str | None]:
+        """The launcher's read access to its discovery list: a ServiceAccount (unless the user chose one), a
+        Role that can `get` only this job's ConfigMap, and a RoleBinding. Returns whether the launcher may be
+        created, and the account it should run as. Objects with these names that this job does not own are
+        never used: a foreign ServiceAccount holds the launcher back (it would run as someone else), a foreign
+        Role is never bound (our binding would grant whatever it grants)."""
+        name = c.discovery_rbac_name(self.name)
+        rbac = "rbac.authorization.k8s.io/v1"
+        role, binding = self.s.role, self.s.role_binding
+        if not self.api_discovery():
+            # Turned off: the grant goes. The ServiceAccount stays: a launcher may be running as it.
+            for obj, kind in ((binding, "RoleBinding"), (role, "Role")):
+                if obj is not None and is_owned_by(obj, self.job):
+                    self.actions.append(Delete(rbac, kind, name, uid=uid_of(obj)))
+            return True, None
+        account = children.user_service_account(self.spec)
+        if account is None:
+            account = name
+            owned_sa = self.owned_or_conflict(self.s.service_account, "ServiceAccount", name)
+            if owned_sa is False:
+                return False, None
+            if owned_sa is None:
+                self.create(children.discovery_service_account(self.job))
+        owned_role = self.owned_or_conflict(role, "Role", name)
+        if owned_role is None:
+            self.create(children.discovery_role(self.job))
+        elif owned_role and role is not None and role.get("rules") != children.discovery_rules(self.job):
+            self.actions.append(Patch(rbac, "Role", name, {"rules": children.discovery_rules(self.job)}))
+        owned_binding = self.owned_or_conflict(binding, "RoleBinding", name)
+        desired = children.discovery_role_binding(self.job, account)
+        if owned_role is False:
+            if owned_binding and binding is not None:
+                self.actions.append(Delete(rbac, "RoleBinding", name, uid=uid_of(binding)))
+        elif owned_binding is None:
+            self.create(desired)
+        elif owned_binding and binding is not None:
+            if binding.get("roleRef") != desired["roleRef"]:
+                # roleRef is immutable: replace the binding (created again by the next reconcile).
+                self.actions.append(Delete(rbac, "RoleBinding", name, uid=uid_of(binding)))
+            elif binding.get("subjects") != desired["subjects"]:
+                self.actions.append(Patch(rbac, "RoleBinding", name, {"subjects": desired["subjects"]}))
+        return True, account
 
     def ensure_secret(self) -> None:
         name = c.secret_name(self.name)
@@ -400,7 +524,7 @@ class _Planner:
             else:
                 self.actions.append(action)
 
-    def ensure_launcher(self, wp: WorkerPlan) -> None:
+    def ensure_launcher(self, wp: WorkerPlan, account: str | None) -> None:
         spec = self.spec
         name = c.launcher_name(self.name)
         current = self.s.launcher
@@ -414,7 +538,7 @@ class _Planner:
             if spec.launcher_creation_policy is LauncherCreationPolicy.AT_STARTUP or (ready and not wp.to_create):
                 # After the workers (which follow the status write), as the reference creates them.
                 start = len(self.actions)
-                launcher = children.launcher_job(self.job, spec)
+                launcher = children.launcher_job(self.job, spec, discovery_account=account)
                 tmpl = launcher["spec"]["template"]
                 podgroups.decorate(tmpl["metadata"], tmpl["spec"], self.name, self.s.config.gang_scheduler)
                 self.create(launcher)
@@ -659,6 +783,13 @@ def _status_patch(job: Obj, old: dict[str, Any], new: dict[str, Any], now: str) 
         resource_version=meta(job).get("resourceVersion"),
         subresource="status",
     )
+
+
+def _changed_keys(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch of a flat map from `old` to `new` that names only what differs."""
+    patch: dict[str, Any] = {key: None for key in old if key not in new}
+    patch.update({key: value for key, value in new.items() if old.get(key) != value})
+    return patch
 
 
 def _merge_patch_to(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,9 @@ class OperatorConfig:
     termination_taints: tuple[str, ...] = DEFAULT_TERMINATION_TAINTS
     # A cordoned node (spec.unschedulable) counts as terminating: drains start with a cordon.
     cordon_is_termination: bool = True
+    # Elastic launchers read their host list from the API (per-job ServiceAccount, Role, RoleBinding);
+    # off: from the projected files only, and no RBAC objects are made.
+    api_discovery: bool = True
     # Gang scheduler (the --gang-scheduling flag): "" off, "volcano", or the schedulerName of a
     # scheduler-plugins scheduler running coscheduling. See planner/podgroups.py.
     gang_scheduler: str = ""
@@ -55,6 +58,10 @@ class Snapshot:
     config_map: Obj | None = None
     secret: Obj | None = None
     pdb: Obj | None = None
+    # The launcher's discovery access, named <job>-launcher (owned or not).
+    service_account: Obj | None = None
+    role: Obj | None = None
+    role_binding: Obj | None = None
     # Nodes by name. A node a worker is bound to that is missing here has been deleted.
     nodes: Mapping[str, Obj] = field(default_factory=dict)
     # The PodGroup named like the job (owned or not), when gang scheduling is on.

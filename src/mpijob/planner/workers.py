@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from mpijob.api import constants as c
 from mpijob.api.models import MPIJobSpec, NodeTerminationPolicy
+from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.hostfile import host_fqdn
 from mpijob.planner.indexes import new_indexes
 from mpijob.planner.ranking import rank_victims
@@ -182,7 +183,7 @@ def _still_discovered(snapshot: Snapshot, pod_name: str) -> bool:
         return False
     job = snapshot.job["metadata"]
     host = host_fqdn(pod_name, job["name"], job.get("namespace", ""), snapshot.config.cluster_domain)
-    return f"echo {host}:" in (cm.get("data") or {}).get(c.DISCOVER_HOSTS_KEY, "")
+    return host in listed_hosts(cm.get("data") or {})
 
 
 def _is_foreign(snapshot: Snapshot, job_name: str, index: int) -> bool:
@@ -270,6 +271,7 @@ def _plan_elastic(
     #    crash in between can never make step 2 count the same lost worker twice.
     previously_discovered = set((snapshot.job.get("status") or {}).get("discoveredHosts") or [])
     listed: list[str] = []
+    removed: dict[str, list[str]] = {"gone": [], "being deleted": []}
     bad: list[str] = []
     for name in dict.fromkeys(policy.workers_to_delete):
         pod = by_name.get(name)
@@ -278,14 +280,22 @@ def _plan_elastic(
                 listed.append(name)
                 continue
             if name in previously_leaving:
-                result.events.append(("Normal", "WorkerRemoved", f"worker {name} is gone"))
+                removed["gone"].append(name)
             else:
                 bad.append(f"{name!r} {_describe_bad_name(snapshot, name)}")
             continue
         if is_terminating(pod) and (_is_leaving(pod) or name in previously_leaving):
-            result.events.append(("Normal", "WorkerRemoved", f"worker {name} is being deleted"))
+            removed["being deleted"].append(name)
             continue
         listed.append(name)
+    # One Event for the workers that finished leaving in this reconcile.
+    for how, names in removed.items():
+        if names:
+            noun = "worker" if len(names) == 1 else "workers"
+            verb = {"gone": "is gone" if len(names) == 1 else "are gone"}.get(
+                how, "is being deleted" if len(names) == 1 else "are being deleted"
+            )
+            result.events.append(("Normal", "WorkerRemoved", f"{noun} {', '.join(names)} {verb}"))
 
     if bad:
         # One Event however many names are bad: a long junk list must not use up the API budget.

@@ -76,6 +76,9 @@ class Cache:
         "configmaps",
         "secrets",
         "pdbs",
+        "serviceaccounts",
+        "roles",
+        "rolebindings",
         "nodes",
     )
 
@@ -102,6 +105,10 @@ class Cache:
     def pod(self, namespace: str, name: str) -> Obj | None:
         value: Obj | None = _one(self.indexes.get("pods"), (namespace, name))
         return value
+
+    def config_map_version(self, namespace: str, job: str) -> Any:
+        cm = _one(self.indexes.get("configmaps"), (namespace, c.config_map_name(job)))
+        return None if cm is None else (cm.get("metadata") or {}).get("resourceVersion")
 
     def mpijob_keys(self) -> list[Key]:
         return list(self.indexes.get("mpijobs") or {})
@@ -132,6 +139,9 @@ class Cache:
             config_map=_one(self.indexes["configmaps"], (ns, c.config_map_name(name))),
             secret=_one(self.indexes["secrets"], (ns, c.secret_name(name))),
             pdb=_one(self.indexes["pdbs"], (ns, c.pdb_name(name))),
+            service_account=_one(self.indexes.get("serviceaccounts"), (ns, c.discovery_rbac_name(name))),
+            role=_one(self.indexes.get("roles"), (ns, c.discovery_rbac_name(name))),
+            role_binding=_one(self.indexes.get("rolebindings"), (ns, c.discovery_rbac_name(name))),
             nodes=_Nodes(self.indexes["nodes"]),
             pod_group=_one(self.indexes.get("podgroups"), (ns, name)),
             config=config,

@@ -109,6 +109,7 @@ class Controller:
         # is on its way and will enqueue the job again), so planning on it would only cause a 409.
         self.written: dict[Key, int] = {}
         self.expected_pods: dict[Key, tuple[set[str], float]] = {}
+        self.written_config_maps: dict[Key, int] = {}
         self.leading = asyncio.Event()
         # Leadership fences every write, not only each dequeued key (issue 8, rule 11).
         executor.fence = self.leading.is_set
@@ -152,6 +153,9 @@ class Controller:
             (("v1", "configmaps"), "configmaps", "ConfigMap"),
             (("v1", "secrets"), "secrets", "Secret"),
             (("policy", "v1", "poddisruptionbudgets"), "pdbs", "PodDisruptionBudget"),
+            (("v1", "serviceaccounts"), "serviceaccounts", "ServiceAccount"),
+            (("rbac.authorization.k8s.io", "v1", "roles"), "roles", "Role"),
+            (("rbac.authorization.k8s.io", "v1", "rolebindings"), "rolebindings", "RoleBinding"),
         ):
             index(
                 *resource,
@@ -192,6 +196,9 @@ class Controller:
         on_event(("v1", "configmaps"), child_keys, "configmap_events")
         on_event(("v1", "secrets"), child_keys, "secret_events")
         on_event(("policy", "v1", "poddisruptionbudgets"), child_keys, "pdb_events")
+        on_event(("v1", "serviceaccounts"), child_keys, "serviceaccount_events")
+        on_event(("rbac.authorization.k8s.io", "v1", "roles"), child_keys, "role_events")
+        on_event(("rbac.authorization.k8s.io", "v1", "rolebindings"), child_keys, "rolebinding_events")
         on_event(("v1", "nodes"), node_keys, "node_events")
         if self.config.gang_scheduler:
             group, _, version = podgroups.api_version(self.config.gang_scheduler).partition("/")
@@ -240,9 +247,15 @@ class Controller:
         if job is None:
             self.written.pop(key, None)
             self.expected_pods.pop(key, None)
+            self.written_config_maps.pop(key, None)
             return None
         if _rv(job) < self.written.get(key, 0):
             return 1.0  # fallback only: the watch event for our write normally comes first
+        cm_version = self.cache.config_map_version(*key)
+        if cm_version is None:
+            self.written_config_maps.pop(key, None)  # gone: nothing to wait for (the plan makes it again)
+        elif _rv(cm_version) < self.written_config_maps.get(key, 0):
+            return 1.0  # likewise for the discovery write of a deferred reconcile
         if not self._pods_seen(key):
             return 0.05  # our pod creates are not in the cache yet; their events will enqueue us too
         started = time.perf_counter()
@@ -252,6 +265,8 @@ class Controller:
         self.stats.reconcile_seconds += time.perf_counter() - started
         if outcome.job_resource_version is not None:
             self.written[key] = _rv(outcome.job_resource_version)
+        if outcome.config_map_resource_version is not None:
+            self.written_config_maps[key] = _rv(outcome.config_map_resource_version)
         if outcome.created_pods:
             # Expectations, as client-go controllers keep them: planning again before the cache shows these
             # pods would count them as missing (Append would even pick new indexes for them).
@@ -269,6 +284,11 @@ class Controller:
             self.stats.conflicts += 1
             log.debug("%s/%s: %s; will retry on fresh data", *key, outcome.conflict)
             return 0.2
+        if outcome.deferred:
+            # Behind every job already queued (their urgent writes go first); the ConfigMap's watch event
+            # queues it too.
+            self.queue.add(key)
+            return None
         return outcome.requeue_after
 
     async def _plan_and_apply(self, job: dict[str, Any]) -> Outcome:

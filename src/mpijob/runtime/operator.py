@@ -36,7 +36,7 @@ log = logging.getLogger("mpijob.operator")
 class OperatorOptions:
     kubeconfig: str | None = None
     namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
-    workers: int = 4
+    workers: int = 16  # concurrent reconciles: they mostly wait on the API server (docs/results.md)
     qps: float = 50.0
     burst: int = 100
     log_format: str = "text"
@@ -44,6 +44,7 @@ class OperatorOptions:
     cluster_domain: str = ""
     termination_taints: tuple[str, ...] = DEFAULT_TERMINATION_TAINTS
     cordon_is_termination: bool = True
+    api_discovery: bool = True
     leader_elect: bool = False
     lock_namespace: str = "mpijob-system"
     health_port: int = 0
@@ -126,6 +127,7 @@ async def run(
         cluster_domain=options.cluster_domain,
         termination_taints=options.termination_taints,
         cordon_is_termination=options.cordon_is_termination,
+        api_discovery=options.api_discovery,
         gang_scheduler=options.gang_scheduler,
         controller_name=options.controller_name,
         claim_unmanaged=options.claim_unmanaged,

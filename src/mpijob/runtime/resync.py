@@ -64,6 +64,27 @@ KINDS: tuple[Kind, ...] = (
         "pdbs",
         ("pdbs",),
     ),
+    Kind(
+        "ServiceAccount",
+        "/api/v1/serviceaccounts",
+        "/api/v1/namespaces/{ns}/serviceaccounts",
+        "serviceaccounts",
+        ("serviceaccounts",),
+    ),
+    Kind(
+        "Role",
+        "/apis/rbac.authorization.k8s.io/v1/roles",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+        "roles",
+        ("roles",),
+    ),
+    Kind(
+        "RoleBinding",
+        "/apis/rbac.authorization.k8s.io/v1/rolebindings",
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+        "rolebindings",
+        ("rolebindings",),
+    ),
     Kind("Node", "/api/v1/nodes", None, "nodes", ("nodes",)),
 )
 BY_KIND = {k.kind: k for k in KINDS}

@@ -76,11 +76,12 @@ def batch_job(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def owned_object(body: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    """Services, ConfigMaps, Secrets, PDBs: the contents only for ours (never a Secret's data)."""
+    """Services, ConfigMaps, Secrets, PDBs, ServiceAccounts, Roles, RoleBindings: the contents only for ours
+    (never a Secret's data)."""
     out: dict[str, Any] = {"metadata": _meta(body)}
     ours = (out["metadata"].get("labels") or {}).get(LABEL_OPERATOR_NAME) is not None
     if ours and kind != "Secret":
-        for key in ("spec", "data"):
+        for key in ("spec", "data", "rules", "subjects", "roleRef"):
             if key in body:
                 out[key] = body[key]
     return out

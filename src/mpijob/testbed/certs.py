@@ -215,6 +215,28 @@ def create_pki(root: Path, *, apiserver_ips: Sequence[str], clients: dict[str, C
     return pki
 
 
+def issue_leaf(
+    pki: Pki,
+    path_stem: Path,
+    *,
+    common_name: str,
+    organizations: Sequence[str] = (),
+    server: bool,
+    dns_names: Sequence[str] = (),
+    ips: Sequence[str] = (),
+) -> tuple[Path, Path]:
+    """Sign one more certificate with the testbed CA (e.g. a node's); writes <stem>.crt and <stem>.key."""
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError("the testbed CA key is not an EC key")
+    cert, key = _issue(ca_cert, ca_key, _name(common_name, organizations), server=server, dns_names=dns_names, ips=ips)
+    crt, pem = path_stem.with_suffix(".crt"), path_stem.with_suffix(".key")
+    _write_cert(crt, cert)
+    _write_private(pem, key)
+    return crt, pem
+
+
 def self_signed() -> tuple[bytes, bytes]:
     """A fresh self-signed certificate and its key (PEM), for a component that insists on reading one."""
     cert, key = _new_ca()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpijob.testbed import extras, processes
+from mpijob.testbed import extras, processes, realnode
 from mpijob.testbed.build import ensure_binaries
 from mpijob.testbed.certs import Pki, create_pki
 from mpijob.testbed.components import (
@@ -167,7 +167,16 @@ def _component_pid(layout: Layout, component: str, bin_dir: Path) -> tuple[int |
 def _stop_all(layout: Layout, bin_dir: Path, echo: Echo) -> int:
     """Stop every component, newest first; returns how many were running. Processes whose pid file is
     gone are still found through their command line, which always names the state directory."""
-    stopped = extras.stop(layout, echo=echo)  # they depend on the control plane: stopped first
+    stopped = 0
+    left: list[str] = []
+    if realnode.has_node(layout):
+        # The node goes first, while the API server can still tell its kubelet to tear pods down.
+        rest = _admin_rest(layout, _state_ports(state)) if (state := _load_state(layout)) else None
+        left = realnode.stop(layout, rest, echo)
+        if not left:
+            realnode.node_layout(layout).before.unlink()
+    # The extras depend on the control plane: stopped before it.
+    stopped += extras.stop(layout, echo=echo)
     for component in reversed(COMPONENTS):
         pid = processes.read_pid(layout.pid(component))
         if pid is None:
@@ -180,6 +189,11 @@ def _stop_all(layout: Layout, bin_dir: Path, echo: Echo) -> int:
         if processes.stop_group(pid, binary):
             _say(echo, f"stopped stray {binary.name} (pid {pid})")
             stopped += 1
+    if left:
+        # Everything is stopped; the record stays so that `down` (or `up`) can try again.
+        raise TestbedError(
+            "the real node's host changes were not all undone (state kept; run `down` again):\n  " + "\n  ".join(left)
+        )
     return stopped
 
 
@@ -226,10 +240,12 @@ def _wait_healthy(component: str, *, pid: int, url: str, ctx: ssl.SSLContext | N
         time.sleep(0.2)
 
 
-def _start(component: str, *, layout: Layout, bin_dir: Path, ports: Ports, echo: Echo) -> None:
+def _start(
+    component: str, *, layout: Layout, bin_dir: Path, ports: Ports, echo: Echo, extra: list[str] | None = None
+) -> None:
     started = time.monotonic()
     pki = _pki(layout)
-    argv = command(component, bin_dir=bin_dir, layout=layout, pki=pki, ports=ports)
+    argv = command(component, bin_dir=bin_dir, layout=layout, pki=pki, ports=ports, extra=extra or ())
     env = dict(os.environ)
     if component == "kwok":
         env["HOME"] = str(layout.kwok_home)
@@ -327,6 +343,11 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> Status:
     for component in COMPONENTS:
         pid, running = _component_pid(layout, component, bin_dir)
         components.append(ComponentStatus(component, pid, running, layout.log(component)))
+    if state is not None and state.get("real_node"):
+        for component in realnode.NODE_COMPONENTS:
+            pid = processes.read_pid(layout.pid(component))
+            alive = pid is not None and processes.is_running(pid, realnode.binary(component))
+            components.append(ComponentStatus(component, pid, alive, layout.log(component)))
     if state is None:
         return Status(layout.root, False, None, tuple(components), False, ())
     ports = _state_ports(state)
@@ -354,8 +375,12 @@ def up(
     *,
     echo: Echo = print,
     with_: tuple[str, ...] = (),
+    real_node: bool = False,
 ) -> Testbed:
     """Start a testbed with `nodes` fake nodes, or make sure the one already running has them.
+
+    `real_node` adds one real node (containerd and a kubelet on this host, see realnode.py); a running
+    testbed without one is not changed into one: `down` it first.
 
     Builds the binaries when missing. A directory holding a stopped or half-dead testbed is cleaned
     (remaining processes stopped, files removed) and started afresh. On failure every process started
@@ -373,20 +398,26 @@ def up(
             old_bins = _state_bin_dir(state)
             alive = [c for c in COMPONENTS if _component_pid(layout, c, old_bins)[1]]
             if len(alive) == len(COMPONENTS) and _apiserver_ready(layout, ports):
+                if real_node and not state.get("real_node"):
+                    raise TestbedError(f"the testbed at {layout.root} runs without a real node; `down` it first")
                 _say(echo, f"already running at {layout.root} (API server {apiserver_url(ports)})")
                 names = ensure_nodes(_admin_rest(layout, ports), nodes, layout, echo)
                 extras.ensure(layout, _admin_rest(layout, ports), with_, echo=echo)
                 return Testbed(layout.root, layout.kubeconfig, apiserver_url(ports), ports, names, False)
         leftovers = any(layout.pid(c).exists() for c in COMPONENTS) or bool(_stragglers(layout))
+        leftovers = leftovers or realnode.has_node(layout)
         if state is not None or leftovers:
             _say(echo, f"found a stopped or broken testbed in {layout.root}; cleaning it up")
             _stop_all(layout, _state_bin_dir(state), echo)
             _wipe(layout)
-        return _start_fresh(layout, resolve_bin_dir(bin_dir), nodes, echo, with_)
+        return _start_fresh(layout, resolve_bin_dir(bin_dir), nodes, echo, with_, real_node)
 
 
-def _start_fresh(layout: Layout, bin_dir: Path, nodes: int, echo: Echo, with_: tuple[str, ...] = ()) -> Testbed:
+def _start_fresh(
+    layout: Layout, bin_dir: Path, nodes: int, echo: Echo, with_: tuple[str, ...] = (), real_node: bool = False
+) -> Testbed:
     ensure_binaries(bin_dir, echo=echo)
+    node = realnode.prepare(layout, echo) if real_node else None
     started = time.monotonic()
     ports = Ports(*free_ports(6))
     _say(echo, f"starting in {layout.root} (API server port {ports.apiserver})")
@@ -422,15 +453,32 @@ def _start_fresh(layout: Layout, bin_dir: Path, nodes: int, echo: Echo, with_: t
         "bin_dir": str(bin_dir),
         "ports": ports.to_json(),
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "real_node": None,
     }
     layout.state_file.write_text(json.dumps(state, indent=2) + "\n")
     try:
+        extra: list[str] = []
+        if node is not None:
+            realnode.issue_certificates(pki, node)
+            realnode.setup_network(ports.apiserver)
+            extra = realnode.apiserver_flags(pki, node)
         for component in COMPONENTS:
-            _start(component, layout=layout, bin_dir=bin_dir, ports=ports, echo=echo)
+            _start(
+                component,
+                layout=layout,
+                bin_dir=bin_dir,
+                ports=ports,
+                echo=echo,
+                extra=extra if component == "kube-apiserver" else None,
+            )
         rest = _admin_rest(layout, ports)
         _wait_default_service_account(rest, layout)
         names = ensure_nodes(rest, nodes, layout, echo)
         extras.ensure(layout, rest, with_, echo=echo)
+        if node is not None:
+            state["real_node"] = realnode.start(layout, pki, server, rest, echo)
+            layout.state_file.write_text(json.dumps(state, indent=2) + "\n")
+            names = _sorted_names(_list_nodes(rest))
     except BaseException:
         # Leave no half-started control plane behind; the logs stay for the error message's pointers.
         with contextlib.suppress(TestbedError):

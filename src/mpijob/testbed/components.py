@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -86,8 +87,15 @@ def health_url(component: str, ports: Ports) -> str:
     }[component]
 
 
-def command(component: str, *, bin_dir: Path, layout: Layout, pki: Pki, ports: Ports) -> list[str]:
-    """argv of `component`; argv[0] is the absolute binary path, which is how its process is recognised."""
+def command(
+    component: str, *, bin_dir: Path, layout: Layout, pki: Pki, ports: Ports, extra: Sequence[str] = ()
+) -> list[str]:
+    """argv of `component`; argv[0] is the absolute binary path, which is how its process is recognised.
+    `extra` flags are appended (the API server's kubelet flags when a real node joins)."""
+    return [*_command(component, bin_dir=bin_dir, layout=layout, pki=pki, ports=ports), *extra]
+
+
+def _command(component: str, *, bin_dir: Path, layout: Layout, pki: Pki, ports: Ports) -> list[str]:
     binary = str(bin_dir / component)
     if component == "etcd":
         client = f"http://127.0.0.1:{ports.etcd_client}"

@@ -77,6 +77,9 @@ class Rest:
     def post(self, path: str, body: Any) -> tuple[int, Any]:
         return self.request("POST", path, body)
 
+    def delete(self, path: str) -> tuple[int, Any]:
+        return self.request("DELETE", path)
+
 
 def _decode(raw: bytes) -> Any:
     if not raw:

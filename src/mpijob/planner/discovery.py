@@ -1,0 +1,222 @@
+"""The discovery channel of an elastic job: the host list, where the launcher reads it, and the script.
+
+The list (`host:slots` lines under a header line) is written to the job's ConfigMap (key
+`discovered_hosts`) and to an annotation of each launcher pod. The launcher's `discover_hosts.sh`:
+  1. GETs the ConfigMap from the API server (`?resourceVersion=0`: served from the API server's watch cache)
+     with the launcher's service-account token, within a hard time budget;
+  2. else reads the annotation as the kubelet projects it (downwardAPI volume; the kubelet re-syncs a pod at
+     once when its annotations change, but a ConfigMap volume only on its periodic resync, ~1 min);
+  3. else, while that annotation is not set yet (a new launcher pod), the ConfigMap's copy as mounted;
+  4. else prints no host, says why on stderr and exits 1: an error never looks like "every host removed".
+An empty list from a source is a real answer (no worker is serving: not Running yet, or all leaving) and
+is printed as such, exit 0: Horovod then waits for hosts, which is what the job's state means.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from mpijob.api import constants as c
+
+HEADER = "# mpijob discovery"
+# How long the script may spend on the API before falling back to the files (its whole run stays < 1 s:
+# Horovod's driver runs it every second, synchronously, with no timeout of its own).
+API_BUDGET_SECONDS = 0.6
+_LINE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:[0-9]+$")
+
+
+def payload(namespace: str, job: str, hosts: Sequence[str], slots: int, changed: str) -> str:
+    lines = [f"{HEADER} of {namespace}/{job}, changed {changed}", *(f"{h}:{slots}" for h in hosts)]
+    return "\n".join(lines) + "\n"
+
+
+def payload_hosts(text: str | None) -> list[str] | None:
+    """The `host:slots` lines of a discovery list, or None when `text` is not one."""
+    if not text or not text.startswith(HEADER):
+        return None
+    hosts = [line.strip() for line in text.splitlines()[1:] if line.strip() and not line.startswith("#")]
+    if any(not _LINE.match(h) for h in hosts):
+        return None
+    return hosts
+
+
+def listed_lines(data: dict[str, str]) -> list[str]:
+    """The `host:slots` lines a job's ConfigMap data lists for discovery: the discovery list, or for data
+    written before the list existed the `echo host:slots` lines of the script."""
+    hosts = payload_hosts(data.get(c.DISCOVERED_HOSTS_KEY))
+    if hosts is None:
+        script = data.get(c.DISCOVER_HOSTS_KEY) or ""
+        hosts = [line.removeprefix("echo ").strip() for line in script.splitlines() if line.startswith("echo ")]
+    return hosts
+
+
+def listed_hosts(data: dict[str, str]) -> list[str]:
+    """Host names (without slots) of listed_lines()."""
+    return [h.rpartition(":")[0] or h for h in listed_lines(data)]
+
+
+def desired_payload(current: str | None, namespace: str, job: str, hosts: Sequence[str], slots: int, now: str) -> str:
+    """The list to write: the current text when the hosts are the same (a steady job writes nothing, and the
+    "changed" time stays the time of the last real change), else a new one stamped `now`."""
+    wanted = [f"{h}:{slots}" for h in hosts]
+    if current is not None and payload_hosts(current) == wanted:
+        return current
+    return payload(namespace, job, hosts, slots, now)
+
+
+_PROGRAM = r"""
+import json, os, re, signal, ssl, sys, time, urllib.error, urllib.request
+
+NAMESPACE = @NAMESPACE@
+CONFIG_MAP = @CONFIG_MAP@
+JOB_UID = @JOB_UID@
+USE_API = @USE_API@
+KEY = @KEY@
+HEADER = @HEADER@
+BUDGET = @BUDGET@
+LINE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:[0-9]+$")
+env = os.environ
+start = time.monotonic()
+
+
+class Unusable(Exception):
+    pass
+
+
+def hosts_of(text, where):
+    if not text:
+        raise Unusable(where + ": empty (no list written yet)")
+    if not text.startswith(HEADER):
+        raise Unusable(where + ": not a discovery list")
+    lines = text.splitlines()
+    hosts = [l.strip() for l in lines[1:] if l.strip() and not l.startswith("#")]
+    for h in hosts:
+        if not LINE.match(h):
+            raise Unusable(where + ": malformed line " + repr(h))
+    return lines[0], hosts
+
+
+def timed_out(signum, frame):
+    raise TimeoutError("no answer within %.1fs" % BUDGET)
+
+
+def from_api():
+    if not USE_API:
+        raise Unusable("API: not used for this job (file only)")
+    host = env.get("KUBERNETES_SERVICE_HOST")
+    port = env.get("KUBERNETES_SERVICE_PORT") or "443"
+    if not host:
+        raise Unusable("API: KUBERNETES_SERVICE_HOST is not set")
+    sa = env.get("MPIJOB_SERVICEACCOUNT_DIR") or @SA_DIR@
+    try:
+        with open(os.path.join(sa, "token")) as f:
+            token = f.read().strip()
+        ctx = ssl.create_default_context(cafile=os.path.join(sa, "ca.crt"))
+    except OSError as e:
+        raise Unusable("API: no service-account credentials (%s: %s)" % (e.strerror, e.filename))
+    if ":" in host:
+        host = "[" + host + "]"
+    url = "https://%s:%s/api/v1/namespaces/%s/configmaps/%s?resourceVersion=0" % (host, port, NAMESPACE, CONFIG_MAP)
+    request = urllib.request.Request(url, headers={"Authorization": "Bearer " + token, "Accept": "application/json"})
+    # No proxy from the environment: the API server is reached directly, as in-cluster clients do.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=ctx))
+    signal.signal(signal.SIGALRM, timed_out)
+    signal.setitimer(signal.ITIMER_REAL, BUDGET)  # a hard bound, name resolution and slow reads included
+    try:
+        with opener.open(request, timeout=BUDGET) as response:
+            obj = json.load(response)
+    except urllib.error.HTTPError as e:
+        raise Unusable("API: HTTP %d %s" % (e.code, e.reason))
+    except (urllib.error.URLError, OSError, TimeoutError, ValueError) as e:
+        raise Unusable("API: %s" % (getattr(e, "reason", None) or e))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    meta = obj.get("metadata") or {}
+    if not any(r.get("controller") and r.get("uid") == JOB_UID for r in meta.get("ownerReferences") or []):
+        raise Unusable("API: ConfigMap %s/%s is not this MPIJob's" % (NAMESPACE, CONFIG_MAP))
+    header, hosts = hosts_of((obj.get("data") or {}).get(KEY), "API")
+    where = "API (ConfigMap %s/%s, resourceVersion %s)" % (NAMESPACE, CONFIG_MAP, meta.get("resourceVersion"))
+    return where, header, hosts
+
+
+def from_file(path, what):
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise Unusable("%s %s: %s" % (what, path, e.strerror))
+    header, hosts = hosts_of(text, "%s %s" % (what, path))
+    return "%s %s" % (what, path), header, hosts
+
+
+def main():
+    reasons = []
+    sources = [
+        from_api,
+        lambda: from_file(env.get("MPIJOB_DISCOVERY_FILE") or @ANNOTATION_FILE@, "file (pod annotation)"),
+        lambda: from_file(env.get("MPIJOB_DISCOVERY_CONFIG_FILE") or @CONFIG_FILE@, "file (ConfigMap volume)"),
+    ]
+    for source in sources:
+        try:
+            where, header, hosts = source()
+        except Unusable as e:
+            reasons.append(str(e))
+            continue
+        if reasons and USE_API:
+            sys.stderr.write("discover_hosts.sh: using %s; %s\n" % (where, "; ".join(reasons)))
+        if "--explain" in sys.argv[1:]:
+            took = (time.monotonic() - start) * 1000
+            sys.stderr.write("source: %s\nlist: %s\ntook: %.0f ms\n" % (where, header, took))
+        sys.stdout.write("".join(h + "\n" for h in hosts))
+        return 0
+    sys.stderr.write("discover_hosts.sh: no usable host list: %s\n" % "; ".join(reasons))
+    return 1
+
+
+sys.exit(main())
+"""
+
+
+def script(namespace: str, job: str, job_uid: str, *, use_api: bool) -> str:
+    """discover_hosts.sh for an elastic job. It does not change with the hosts (they are read at run time), so
+    the kubelet's late refresh of the mounted script does not matter."""
+    config_map = c.config_map_name(job)
+    values = {
+        "@NAMESPACE@": namespace,
+        "@CONFIG_MAP@": config_map,
+        "@JOB_UID@": job_uid,
+        "@KEY@": c.DISCOVERED_HOSTS_KEY,
+        "@HEADER@": HEADER,
+        "@SA_DIR@": c.SERVICE_ACCOUNT_MOUNT_PATH,
+        "@ANNOTATION_FILE@": f"{c.DISCOVERY_MOUNT_PATH}/{c.DISCOVERY_FILE}",
+        "@CONFIG_FILE@": f"{c.CONFIG_MOUNT_PATH}/{c.DISCOVERED_HOSTS_KEY}",
+    }
+    program = _PROGRAM
+    for key, value in values.items():
+        program = program.replace(key, repr(value))
+    program = program.replace("@USE_API@", repr(use_api)).replace("@BUDGET@", repr(API_BUDGET_SECONDS))
+    source = (
+        f"the Kubernetes API (ConfigMap {namespace}/{config_map}, key {c.DISCOVERED_HOSTS_KEY}), then "
+        if use_api
+        else ""
+    )
+    return (
+        "#!/bin/sh\n"
+        f"# Generated by mpijob-operator for MPIJob {namespace}/{job}. Prints the job's serving workers, one\n"
+        "# host:slots a line, for Horovod elastic (--host-discovery-script). Reads "
+        f"{source}the list the\n"
+        f"# kubelet projects from the launcher pod's annotation ({c.DISCOVERY_MOUNT_PATH}/{c.DISCOVERY_FILE}), "
+        "then, until\n"
+        f"# that exists, this ConfigMap's copy ({c.CONFIG_MOUNT_PATH}/{c.DISCOVERED_HOSTS_KEY}). Nothing usable: "
+        "no host, the reason\n"
+        "# on stderr, exit 1. `sh discover_hosts.sh --explain` tells which source answered.\n"
+        "if ! command -v python3 >/dev/null 2>&1; then\n"
+        '  echo "discover_hosts.sh: python3 not found" >&2\n'
+        "  exit 1\n"
+        "fi\n"
+        # -I -S: the standard library only, whatever PYTHON* variables or site packages the image has.
+        "exec python3 -I -S - \"$@\" <<'MPIJOB_DISCOVERY'\n"
+        f"{program.strip()}\n"
+        "MPIJOB_DISCOVERY\n"
+    )

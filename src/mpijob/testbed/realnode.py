@@ -1,0 +1,456 @@
+"""One real node beside the kwok nodes: containerd + the kubelet, pod networking on a bridge, local images.
+
+Opt-in (`mpijob testbed up --real-node`). Host-wide things a kubelet needs (root, Debian packages) are
+checked first; everything the node writes goes under `<state dir>/node/` except what the kubelet,
+containerd and CNI hard-code (see docs/testbed.md). The host is captured before anything changes
+(`hoststate.capture()` into `node/host-before.json`) and `stop()` puts back the difference.
+
+Network: the bridge `mpijobtb0` carries 10.250.0.1/24 (the node's InternalIP, where the kubelet
+listens); pods get 10.250.0.10+ from the CNI bridge plugin. The API server stays on 127.0.0.1: one nat
+rule DNATs the `kubernetes` Service address (10.96.0.1:443) arriving on the bridge to 127.0.0.1:<port>,
+which the bridge's own `route_localnet` sysctl allows (it disappears with the bridge), so in-cluster
+config works in pods without exposing the API server on another address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mpijob.testbed import hoststate, processes
+from mpijob.testbed.certs import Pki, issue_leaf
+from mpijob.testbed.components import KUBERNETES_SERVICE_IP
+from mpijob.testbed.errors import TestbedError
+from mpijob.testbed.kubeconfigs import kubeconfig_dict, write_kubeconfig
+from mpijob.testbed.paths import Layout, repo_root
+from mpijob.testbed.ports import free_ports
+from mpijob.testbed.rest import Rest
+
+Echo = Callable[[str], None]
+
+NODE_NAME = "real-1"
+BRIDGE = "mpijobtb0"
+NODE_IP = "10.250.0.1"
+POD_SUBNET = "10.250.0.0/24"
+# Pods that should run on the real node tolerate this taint and select the label; nothing else lands there
+# (the other tests' pods would otherwise try to run their images for real).
+REAL_NODE_TAINT = "testbed.mpijob.io/real-node"
+REAL_NODE_LABEL = "testbed.mpijob.io/real-node"
+PAUSE_IMAGE = "mpijob.local/pause:testbed"
+LAUNCHER_IMAGE = "mpijob.local/launcher:testbed"
+NAT_CHAIN = "MPIJOB-TESTBED"
+CONTAINERD = Path("/usr/bin/containerd")
+SHIM = "containerd-shim-runc-v2"
+NODE_COMPONENTS = ("containerd", "kubelet")
+ENV_NODE_BIN = "MPIJOB_TESTBED_NODE_BIN"
+# Unix socket paths are limited to 107 bytes; containerd appends ".ttrpc" to its socket.
+_MAX_SOCKET = 100
+_APISERVER_KUBELET_CLIENT = ("kube-apiserver-kubelet-client", ("system:masters",))
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    root: Path  # <state dir>/node
+
+    @property
+    def before(self) -> Path:
+        return self.root / "host-before.json"
+
+    @property
+    def containerd_config(self) -> Path:
+        return self.root / "containerd.toml"
+
+    @property
+    def socket(self) -> Path:
+        return self.root / "containerd" / "c.sock"
+
+    @property
+    def kubelet_dir(self) -> Path:
+        return self.root / "kubelet"
+
+    @property
+    def kubelet_config(self) -> Path:
+        return self.root / "kubelet.yaml"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubelet.kubeconfig"
+
+    @property
+    def cni_conf_dir(self) -> Path:
+        return self.root / "cni" / "net.d"
+
+    @property
+    def images(self) -> Path:
+        return self.root / "images"
+
+
+def node_layout(layout: Layout) -> NodeLayout:
+    return NodeLayout(layout.root / "node")
+
+
+def node_bin_dir() -> Path:
+    env = os.environ.get(ENV_NODE_BIN)
+    return Path(env).absolute() if env else repo_root() / ".cache" / "testbed" / "node-bin"
+
+
+def kubelet_binary() -> Path:
+    return node_bin_dir() / "kubelet"
+
+
+def binary(component: str) -> Path:
+    return CONTAINERD if component == "containerd" else kubelet_binary()
+
+
+def _run(argv: list[str], what: str, *, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
+    if result.returncode != 0:
+        raise TestbedError(f"{what} failed ({' '.join(argv)}): {result.stderr.strip() or result.stdout.strip()}")
+    return result.stdout
+
+
+def machine_supports_real_node() -> str | None:
+    """None when this machine can run a real node, else why not (for skipping tests)."""
+    if os.geteuid() != 0:
+        return "a real node needs root (containerd, mounts, a bridge, iptables)"
+    if not Path("/sys/fs/cgroup").is_dir():
+        return "no /sys/fs/cgroup"
+    if shutil.which("apt-get") is None and shutil.which("containerd") is None:
+        return "containerd is not installed and there is no apt-get to install it"
+    return None
+
+
+# --- preparing (before the control plane starts) ----------------------------------------------------
+
+
+def _script(name: str, *args: str, echo: Echo, env: dict[str, str] | None = None) -> None:
+    script = repo_root() / "testbed" / name
+    code = subprocess.call(["bash", str(script), *args], env=env)
+    if code != 0:
+        raise TestbedError(f"testbed/{name} failed with exit code {code}")
+
+
+def prepare(layout: Layout, echo: Echo) -> NodeLayout:
+    """Host packages, the kubelet binary and the images; then record the host as it is now."""
+    reason = machine_supports_real_node()
+    if reason:
+        raise TestbedError(f"--real-node: {reason}")
+    node = node_layout(layout)
+    node.root.mkdir(parents=True, exist_ok=True)
+    if len(str(node.socket)) > _MAX_SOCKET:
+        raise TestbedError(f"--real-node: state directory path too long for a unix socket ({node.socket})")
+    t = time.monotonic()
+    _script("install-node-deps.sh", echo=echo)
+    _script("build-node.sh", echo=echo, env={**os.environ, ENV_NODE_BIN: str(node_bin_dir())})
+    _script("build-images.sh", str(node.images), echo=echo)
+    echo(f"[testbed] real node: packages, kubelet and images ready ({time.monotonic() - t:.1f}s)")
+    if any(name.startswith(BRIDGE) for name in hoststate.links()):
+        raise TestbedError(f"--real-node: a {BRIDGE} bridge exists already (another real-node testbed?)")
+    node.before.write_text(json.dumps(hoststate.capture(), indent=1) + "\n")
+    return node
+
+
+def apiserver_flags(pki: Pki, node: NodeLayout) -> list[str]:
+    crt, key = node.root / "apiserver-kubelet-client.crt", node.root / "apiserver-kubelet-client.key"
+    return [
+        # The kubelet registers its hostname too; the apiserver would try to resolve it.
+        "--kubelet-preferred-address-types=InternalIP",
+        f"--kubelet-client-certificate={crt}",
+        f"--kubelet-client-key={key}",
+        f"--kubelet-certificate-authority={pki.ca_cert}",
+    ]
+
+
+def issue_certificates(pki: Pki, node: NodeLayout) -> None:
+    user, groups = _APISERVER_KUBELET_CLIENT
+    issue_leaf(pki, node.root / "apiserver-kubelet-client", common_name=user, organizations=groups, server=False)
+    # The Node authorizer and NodeRestriction know a kubelet by this name and group.
+    issue_leaf(
+        pki,
+        node.root / "kubelet-client",
+        common_name=f"system:node:{NODE_NAME}",
+        organizations=("system:nodes",),
+        server=False,
+    )
+    issue_leaf(
+        pki, node.root / "kubelet-serving", common_name=NODE_NAME, server=True, dns_names=(NODE_NAME,), ips=(NODE_IP,)
+    )
+
+
+def setup_network(apiserver_port: int) -> None:
+    """The bridge with the node's address, and the `kubernetes` Service DNAT for pods on it."""
+    _run(["ip", "link", "add", BRIDGE, "type", "bridge"], "creating the bridge")
+    _run(["ip", "addr", "add", f"{NODE_IP}/24", "dev", BRIDGE], "addressing the bridge")
+    _run(["ip", "link", "set", BRIDGE, "up"], "bringing the bridge up")
+    # Only for packets arriving on this bridge; goes away with it.
+    Path(f"/proc/sys/net/ipv4/conf/{BRIDGE}/route_localnet").write_text("1\n")
+    _run(["iptables", "-t", "nat", "-N", NAT_CHAIN], "creating the nat chain")
+    _run(
+        [
+            "iptables",
+            "-t",
+            "nat",
+            "-A",
+            NAT_CHAIN,
+            "-d",
+            f"{KUBERNETES_SERVICE_IP}/32",
+            "-p",
+            "tcp",
+            "--dport",
+            "443",
+            "-j",
+            "DNAT",
+            "--to-destination",
+            f"127.0.0.1:{apiserver_port}",
+        ],
+        "adding the DNAT rule",
+    )
+    _run(["iptables", "-t", "nat", "-A", "PREROUTING", "-i", BRIDGE, "-j", NAT_CHAIN], "hooking the nat chain")
+
+
+# --- starting (after the control plane is up) --------------------------------------------------------
+
+
+def _containerd_config(node: NodeLayout) -> str:
+    c = node.root / "containerd"
+    return f"""version = 2
+root = "{c / "root"}"
+state = "{c / "state"}"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = "{node.socket}"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{c / "opt"}"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  # Sandboxes ask for oom_score_adj -998; root here lacks CAP_SYS_RESOURCE, so runc would fail.
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "{node.cni_conf_dir}"
+"""
+
+
+def _cni_config(node: NodeLayout) -> dict[str, Any]:
+    return {
+        "cniVersion": "0.4.0",
+        "name": "mpijob-testbed",
+        "type": "bridge",
+        "bridge": BRIDGE,
+        "isGateway": True,
+        "ipMasq": False,  # pods talk to the host and each other only: no masquerade chains
+        "hairpinMode": True,
+        "ipam": {
+            "type": "host-local",
+            "ranges": [[{"subnet": POD_SUBNET, "rangeStart": "10.250.0.10", "gateway": NODE_IP}]],
+            "routes": [{"dst": "0.0.0.0/0"}],
+            "dataDir": str(node.root / "cni" / "ipam"),
+        },
+    }
+
+
+def _kubelet_config(node: NodeLayout, pki: Pki, port: int, healthz_port: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": NODE_IP,
+        "port": port,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": healthz_port,
+        "tlsCertFile": str(node.root / "kubelet-serving.crt"),
+        "tlsPrivateKeyFile": str(node.root / "kubelet-serving.key"),
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(pki.ca_cert)},
+        },
+        "authorization": {"mode": "Webhook"},
+        "containerRuntimeEndpoint": f"unix://{node.socket}",
+        "cgroupDriver": "cgroupfs",
+        "failCgroupV1": False,  # the host has v1 controllers only
+        "failSwapOn": False,
+        "podLogsDir": str(node.root / "pod-logs"),
+        "volumePluginDir": str(node.root / "volume-plugins"),
+        "staticPodPath": "",
+        "makeIPTablesUtilChains": False,
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+        "registerWithTaints": [{"key": REAL_NODE_TAINT, "value": "true", "effect": "NoSchedule"}],
+        "serializeImagePulls": False,
+        "resolvConf": "/etc/resolv.conf",
+        "maxPods": 20,
+    }
+
+
+def start(layout: Layout, pki: Pki, server: str, rest: Rest, echo: Echo) -> dict[str, Any]:
+    """Start containerd, import the images, start the kubelet and wait until the node is Ready."""
+    node = node_layout(layout)
+    t = time.monotonic()
+    node.socket.parent.mkdir(parents=True, exist_ok=True)
+    node.cni_conf_dir.mkdir(parents=True, exist_ok=True)
+    node.containerd_config.write_text(_containerd_config(node))
+    (node.cni_conf_dir / "10-mpijob-testbed.conf").write_text(json.dumps(_cni_config(node), indent=2) + "\n")
+    pid = processes.spawn(
+        [str(CONTAINERD), f"--config={node.containerd_config}", "--log-level=warn"],
+        log_path=layout.log("containerd"),
+        pid_path=layout.pid("containerd"),
+    )
+    _wait(lambda: _ctr(node, "version", check=False) is not None, 30, "containerd to answer", layout, "containerd", pid)
+    for image, name in ((PAUSE_IMAGE, "pause"), (LAUNCHER_IMAGE, "launcher")):
+        archive = node.images / f"{name}.tar"
+        _ctr(node, "images", "import", "--base-name", image.split(":")[0], str(archive))
+        imported = [
+            line
+            for line in (_ctr(node, "images", "ls", "-q") or "").split()
+            if line.startswith(image.split(":")[0] + ":")
+        ]
+        if image not in imported:
+            _ctr(node, "images", "tag", "--force", imported[0], image)
+    echo(f"[testbed] containerd ready, images imported ({time.monotonic() - t:.1f}s)")
+
+    port, healthz = free_ports(2)
+    write_kubeconfig(
+        node.kubeconfig,
+        kubeconfig_dict(
+            server,
+            ca=pki.ca_cert,
+            cert=node.root / "kubelet-client.crt",
+            key=node.root / "kubelet-client.key",
+            user=f"system:node:{NODE_NAME}",
+            embed=False,
+        ),
+    )
+    node.kubelet_config.write_text(json.dumps(_kubelet_config(node, pki, port, healthz), indent=2) + "\n")
+    argv = [
+        str(kubelet_binary()),
+        f"--config={node.kubelet_config}",
+        f"--kubeconfig={node.kubeconfig}",
+        f"--root-dir={node.kubelet_dir}",
+        f"--cert-dir={node.root / 'kubelet-pki'}",
+        f"--hostname-override={NODE_NAME}",
+        f"--node-ip={NODE_IP}",
+        f"--node-labels={REAL_NODE_LABEL}=true,type=real",
+        "--v=1",
+    ]
+    pid = processes.spawn(argv, log_path=layout.log("kubelet"), pid_path=layout.pid("kubelet"))
+
+    def ready() -> bool:
+        code, body = rest.get(f"/api/v1/nodes/{NODE_NAME}")
+        if code != 200:
+            return False
+        conditions = body.get("status", {}).get("conditions") or []
+        taints = [t.get("key") for t in body.get("spec", {}).get("taints") or []]
+        # Schedulable too: the node-lifecycle controller removes its not-ready taint a moment after Ready.
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions) and taints == [
+            REAL_NODE_TAINT
+        ]
+
+    _wait(ready, 120, f"node {NODE_NAME} to be Ready", layout, "kubelet", pid)
+    echo(f"[testbed] real node {NODE_NAME} Ready ({time.monotonic() - t:.1f}s, kubelet log {layout.log('kubelet')})")
+    return {"name": NODE_NAME, "ip": NODE_IP, "kubelet_port": port, "healthz_port": healthz}
+
+
+def _wait(check: Callable[[], bool], timeout: float, what: str, layout: Layout, component: str, pid: int) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if processes.has_exited(pid):
+            raise TestbedError(f"{component} exited; see {layout.log(component)}")
+        if time.monotonic() > deadline:
+            raise TestbedError(f"timed out after {timeout:.0f}s waiting for {what}; see {layout.log(component)}")
+        time.sleep(0.3)
+
+
+def _ctr(node: NodeLayout, *args: str, check: bool = True) -> str | None:
+    argv = ["ctr", "--address", str(node.socket), "--namespace", "k8s.io", *args]
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+    if result.returncode != 0:
+        if check:
+            raise TestbedError(f"{' '.join(argv)} failed: {result.stderr.strip()}")
+        return None
+    return result.stdout
+
+
+# --- stopping and putting the host back ------------------------------------------------------------
+
+
+def has_node(layout: Layout) -> bool:
+    return node_layout(layout).before.exists()
+
+
+def _delete_pods(rest: Rest, node: NodeLayout, echo: Echo) -> None:
+    """Let the kubelet tear its pods down properly (CNI DEL, netns removal) before it is stopped."""
+    code, body = rest.get(f"/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE_NAME}")
+    if code != 200:
+        return
+    for pod in body.get("items", []):
+        meta = pod["metadata"]
+        rest.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}?gracePeriodSeconds=0")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        tasks = _ctr(node, "tasks", "ls", "-q", check=False)
+        if tasks is not None and not tasks.split():
+            return
+        time.sleep(0.5)
+    echo("[testbed] real node: containers still running after 30 s; killing them")
+
+
+def stop(layout: Layout, rest: Rest | None, echo: Echo) -> list[str]:
+    """Stop the node and put the host back as recorded; returns what still differs (empty = clean)."""
+    node = node_layout(layout)
+    before: dict[str, Any] = json.loads(node.before.read_text())
+    kubelet_pid = processes.read_pid(layout.pid("kubelet"))
+    containerd_pid = processes.read_pid(layout.pid("containerd"))
+    kubelet_alive = kubelet_pid is not None and processes.is_running(kubelet_pid, kubelet_binary())
+    containerd_alive = containerd_pid is not None and processes.is_running(containerd_pid, CONTAINERD)
+    if rest is not None and kubelet_alive and containerd_alive:
+        with contextlib.suppress(Exception):
+            _delete_pods(rest, node, echo)
+    if kubelet_pid is not None and processes.stop_group(kubelet_pid, kubelet_binary()):
+        echo(f"[testbed] stopped kubelet (pid {kubelet_pid})")
+    layout.pid("kubelet").unlink(missing_ok=True)
+    if containerd_alive:
+        for task in (_ctr(node, "tasks", "ls", "-q", check=False) or "").split():
+            _ctr(node, "tasks", "kill", "--signal", "SIGKILL", task, check=False)
+            _ctr(node, "tasks", "delete", "--force", task, check=False)
+        for container in (_ctr(node, "containers", "ls", "-q", check=False) or "").split():
+            _ctr(node, "containers", "delete", container, check=False)
+    if containerd_pid is not None and processes.stop_group(containerd_pid, CONTAINERD):
+        echo(f"[testbed] stopped containerd (pid {containerd_pid})")
+    layout.pid("containerd").unlink(missing_ok=True)
+    # Shims run in sessions of their own and outlive containerd; their command line names our socket.
+    for pid in processes.find_processes(f"{layout.root}{os.sep}", (SHIM, "containerd", "kubelet")):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    undone = hoststate.remove_cgroups(before)
+    undone += hoststate.unmount_new(
+        before, (str(layout.root), "/run/netns", "/var/run/netns", "/var/lib/kubelet", "/run/containerd")
+    )
+    undone += hoststate.delete_links(before)
+    undone += hoststate.restore_iptables(before)
+    undone += hoststate.restore_sysctls(before)
+    undone += hoststate.remove_new_paths(before)
+    for item in undone:
+        echo(f"[testbed] real node: undid {item}")
+    left = hoststate.differences(before, hoststate.capture())
+    for item in left:
+        echo(f"[testbed] real node: host still differs: {item}")
+    return left

@@ -1,0 +1,51 @@
+"""The host record of a real node: what `differences` reports (down fails on any of it)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from mpijob.testbed import hoststate
+
+
+def record() -> dict[str, Any]:
+    return {
+        "mounts": ["/", "/proc"],
+        "links": ["eth0", "lo"],
+        "iptables": {"ipv4": {"filter": [":INPUT ACCEPT"]}, "ipv6": None},
+        "sysctls": {"net/ipv4/ip_forward": "0", "vm/overcommit_memory": "0"},
+        "cgroups": ["/sys/fs/cgroup/cpu/user"],
+        "paths": {"/var/lib/kubelet": False, "/run/containerd": False},
+    }
+
+
+def test_an_unchanged_host_has_no_differences() -> None:
+    assert hoststate.differences(record(), record()) == []
+
+
+def test_every_kind_of_leftover_is_reported() -> None:
+    after = copy.deepcopy(record())
+    after["mounts"].append("/var/lib/kubelet")
+    after["links"].append("mpijobtb0")
+    after["iptables"]["ipv4"]["nat"] = [":PREROUTING ACCEPT", "-A PREROUTING -i mpijobtb0 -j MPIJOB-TESTBED"]
+    after["sysctls"]["net/ipv4/ip_forward"] = "1"
+    after["cgroups"].append("/sys/fs/cgroup/cpu/kubepods")
+    after["paths"]["/run/containerd"] = True
+    found = hoststate.differences(record(), after)
+    assert "mounts: added /var/lib/kubelet" in found
+    assert "links: added mpijobtb0" in found
+    assert "ipv4 nat: added -A PREROUTING -i mpijobtb0 -j MPIJOB-TESTBED" in found
+    assert "sysctl net/ipv4/ip_forward: 0 -> 1" in found
+    assert "cgroups: added /sys/fs/cgroup/cpu/kubepods" in found
+    assert "path /run/containerd: absent before, not now" in found
+    assert len(found) == 7  # the nat table's chain line too
+
+
+def test_something_gone_that_was_there_is_reported_too() -> None:
+    after = copy.deepcopy(record())
+    after["links"].remove("eth0")
+    assert hoststate.differences(record(), after) == ["links: removed eth0"]
+
+
+def test_the_capture_of_this_host_is_stable_between_two_calls() -> None:
+    assert hoststate.differences(hoststate.capture(), hoststate.capture()) == []
