@@ -82,6 +82,8 @@ class _Stamps:
     generations: dict[Key, tuple[int, float]] = field(default_factory=dict)
     # (namespace, pod) -> a worker on its way out
     leaving: dict[Key, _Leaving] = field(default_factory=dict)
+    # (namespace, job) -> when discover_hosts.sh's source was last rewritten (the discovery write may go first)
+    discovery: dict[Key, float] = field(default_factory=dict)
 
 
 class Metrics:
@@ -183,6 +185,7 @@ class Metrics:
         def mpijobs(type: str | None, namespace: Any, name: str, meta: Any, **_: Any) -> None:
             if type == "DELETED":
                 self.stamps.generations.pop((namespace, name), None)
+                self.stamps.discovery.pop((namespace, name), None)
                 return
             gen = int(meta.get("generation") or 0)
             seen = self.stamps.generations.get((namespace, name))
@@ -249,10 +252,14 @@ class Metrics:
                         leaving = _Leaving(job_name, _reason_label(reason), spec_seen)
                     self.stamps.leaving[key] = leaving
                     decisions.add(leaving.signal)
+                    written = self.stamps.discovery.get((namespace, job_name))
                     if (pod.get("status") or {}).get("phase") != "Running":
                         self._left(leaving, now)  # never listed: out of discovery as soon as it is marked
+                    elif written is not None and written >= leaving.signal_at:
+                        self._left(leaving, written)  # the discovery write went first (urgent writes first)
             elif isinstance(action, Patch | Create) and _is_config_map(action, job_name):
                 # discover_hosts.sh rewritten: every marked worker of this job is out of it now.
+                self.stamps.discovery[(namespace, job_name)] = now
                 for key, leaving in self.stamps.leaving.items():
                     if leaving.job == job_name and key[0] == namespace:
                         self._left(leaving, now)
