@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration testbed testbed-node testbed-extras e2e bench compare crd clean chaos
+.PHONY: demo test lint unit integration testbed testbed-node testbed-extras e2e helm bench compare crd docs bundle plugin-archive lock image clean chaos
+TESTBED_BIN ?= $(or $(MPIJOB_TESTBED_BIN),.cache/testbed/bin)
 
 $(STAMP): pyproject.toml
 	@echo "[setup] creating $(VENV) and installing mpijob with its dev tools"
@@ -15,6 +16,10 @@ $(STAMP): pyproject.toml
 
 testbed:
 	bash testbed/build.sh
+
+# helm from its Go module, for the chart tests (helm lint / helm template).
+helm:
+	bash testbed/helm/build.sh
 
 # The real node's parts (root): Debian packages, then the kubelet (own stamp; the kwok-only testbed never waits
 # for it). `mpijob testbed up --real-node` does both itself when needed.
@@ -43,11 +48,11 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit -q
 
-integration: $(STAMP) testbed testbed-extras
+integration: $(STAMP) testbed testbed-extras helm image
 	$(BIN)/pytest tests/integration -q
 
 # The whole suite: static checks, unit tests, then integration tests on a real local control plane.
-test: $(STAMP) testbed testbed-extras lint
+test: $(STAMP) testbed testbed-extras helm image lint
 	$(BIN)/pytest tests -q -p no:cacheprovider
 
 # A long seeded chaos run (issue 8): operator SIGKILLs across scale-in, node termination and scale-out.
@@ -68,6 +73,29 @@ compare: $(STAMP) testbed
 
 crd: $(STAMP)
 	$(BIN)/mpijob crd > deploy/crd/kubeflow.org_mpijobs.yaml
+	cp deploy/crd/kubeflow.org_mpijobs.yaml deploy/helm/mpijob-operator/crds/
+
+# Generated docs (a test fails when they drift from the models).
+docs: $(STAMP)
+	$(BIN)/mpijob api-reference > docs/api-reference.md
+
+# The operator image without a container engine or registry (docs/image.md); `make test` runs it once.
+image: $(STAMP)
+	PYTHON=$(BIN)/python bash deploy/image/build-offline.sh
+
+# kubectl plugin archive for krew (dist/, git-ignored); prints its sha256 for deploy/krew/mpijob.yaml.
+plugin-archive: $(STAMP)
+	PYTHON=$(BIN)/python bash deploy/krew/build-archive.sh
+
+# Hash-locked runtime dependencies of the image and the plugin archive.
+lock: $(STAMP)
+	$(BIN)/pip install --quiet pip-tools
+	$(BIN)/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links -o requirements.lock pyproject.toml
+	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --no-emit-index-url --no-emit-find-links -o requirements-build.lock requirements-build.in
+
+# The single-file install: the standalone overlay rendered (a test fails when it is stale).
+bundle: crd testbed
+	$(TESTBED_BIN)/kubectl kustomize deploy/overlays/standalone > deploy/mpijob-operator.yaml
 
 clean:
 	-$(BIN)/mpijob testbed down

@@ -201,7 +201,7 @@ def test_the_operator_neither_watches_nor_relists_secrets() -> None:
 
 
 def _rules() -> list[dict[str, Any]]:
-    docs = list(yaml.safe_load_all((ROOT / "deploy" / "operator.yaml").read_text()))
+    docs = list(yaml.safe_load_all((ROOT / "deploy" / "base" / "rbac.yaml").read_text()))
     role = next(d for d in docs if d and d["kind"] == "ClusterRole")
     return list(role["rules"])
 

@@ -51,6 +51,8 @@ class Outcome:
     job_resource_version: str | None = None
     # Pods this batch created: the cache must show them before the job is planned again.
     created_pods: list[str] = field(default_factory=list)
+    # How many actions, from the first, were applied (all of them unless execution stopped early).
+    applied: int = 0
     # The plan said Defer: the urgent writes are done; reconcile the job again behind the queue.
     deferred: bool = False
     # resourceVersion of the job's ConfigMap after our patch, if we patched it.
@@ -90,7 +92,7 @@ class Executor:
         job_name = str(meta.get("name"))
         job_rv = meta.get("resourceVersion")
         skip_next_event = False
-        for action in actions:
+        for outcome.applied, action in enumerate(actions):
             try:
                 if isinstance(action, Emit):
                     if not skip_next_event:
@@ -151,6 +153,7 @@ class Executor:
                     outcome.error = err
                 log.info("stopping %s/%s after %s: %s", namespace, job_name, type(action).__name__, err)
                 return
+        outcome.applied = len(actions)
 
     async def _absent(self, namespace: str, action: ConfirmAbsence) -> bool:
         """A live GET: True when the API server says 404."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -88,6 +89,8 @@ class Client:
         self.bucket = TokenBucket(qps, burst)
         self.mpijob_bucket = TokenBucket(qps, burst)
         self.requests = 0
+        # Called with (method, path, HTTP status) after every response: the operator's metrics.
+        self.on_response: Callable[[str, str, int], None] | None = None
         self.clock = ServerClock()
 
     async def request(
@@ -114,12 +117,16 @@ class Client:
                 _request_timeout=self.timeout,
             )
         except ApiException as err:
+            if self.on_response is not None:
+                self.on_response(method, path, int(err.status or 0))
             raise ApiError(int(err.status or 0), str(err.reason), str(err.body or "")) from None
         raw = response[0] if isinstance(response, tuple) else response
         headers = getattr(raw, "headers", None)
         self.clock.observe(headers.get("Date") if headers is not None else None)
         data = await raw.read()
         status = int(getattr(raw, "status", 200))
+        if self.on_response is not None:
+            self.on_response(method, path, status)
         if not 200 <= status < 300:
             reason = str(getattr(raw, "reason", ""))
             raise ApiError(status, reason, data.decode(errors="replace") if isinstance(data, bytes) else str(data))

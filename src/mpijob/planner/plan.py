@@ -17,7 +17,6 @@ from mpijob.api import constants as c
 from mpijob.api import rules
 from mpijob.api.models import (
     API_VERSION,
-    MANAGED_BY_US,
     CleanPodPolicy,
     HostDiscovery,
     LauncherCreationPolicy,
@@ -865,7 +864,7 @@ def plan(snapshot: Snapshot) -> list[Action]:
     if is_terminating(job):
         return []
     managed_by = ((job.get("spec") or {}).get("runPolicy") or {}).get("managedBy")
-    if managed_by not in (None, "", MANAGED_BY_US):
+    if not snapshot.config.manages(managed_by):
         return []
     spec, errors = validate(job)
     if spec is None or errors:

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
+from mpijob.api.models import MANAGED_BY_US
 from mpijob.planner.status import get_condition, is_true
 
 Obj = dict[str, Any]
@@ -32,6 +33,14 @@ class OperatorConfig:
     # Gang scheduler (the --gang-scheduling flag): "" off, "volcano", or the schedulerName of a
     # scheduler-plugins scheduler running coscheduling. See planner/podgroups.py.
     gang_scheduler: str = ""
+    # The `spec.runPolicy.managedBy` value that names this operator, and whether jobs without one are ours.
+    # Defaults are the reference operator's, so manifests move unchanged; to run beside the reference
+    # operator, pick another name and stop claiming unset jobs (docs/migration.md).
+    controller_name: str = MANAGED_BY_US
+    claim_unmanaged: bool = True
+
+    def manages(self, managed_by: str | None) -> bool:
+        return managed_by == self.controller_name if managed_by else self.claim_unmanaged
 
 
 @dataclass(frozen=True)

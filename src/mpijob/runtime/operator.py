@@ -22,12 +22,13 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
-from mpijob.executor.apply import Executor
+from mpijob.api.models import MANAGED_BY_US
 from mpijob.executor.client import ApiError, Client
 from mpijob.planner import podgroups
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import resync
 from mpijob.runtime.controller import Controller
+from mpijob.runtime.metrics import InstrumentedController, InstrumentedExecutor, Metrics
 
 log = logging.getLogger("mpijob.operator")
 
@@ -48,6 +49,10 @@ class OperatorOptions:
     leader_elect: bool = False
     lock_namespace: str = "mpijob-system"
     health_port: int = 0
+    metrics_port: int = 0  # 0: /metrics not served (metrics are still kept, for tests and benchmarks)
+    metrics_address: str = "0.0.0.0"
+    controller_name: str = MANAGED_BY_US
+    claim_unmanaged: bool = True
     # --gang-scheduling: "" off, "volcano", or the schedulerName of a scheduler-plugins (coscheduling) scheduler.
     gang_scheduler: str = ""
     # Seconds between relists of the cached kinds (jittered); watch gaps close within this.
@@ -147,26 +152,37 @@ async def run(
     client = Client(api, qps=options.qps, burst=options.burst)
     if options.gang_scheduler:
         await _check_pod_group_crd(client, options.gang_scheduler)
-    executor = Executor(client)
-    controller = Controller(
+    config = OperatorConfig(
+        cluster_domain=options.cluster_domain,
+        termination_taints=options.termination_taints,
+        cordon_is_termination=options.cordon_is_termination,
+        api_discovery=options.api_discovery,
+        gang_scheduler=options.gang_scheduler,
+        controller_name=options.controller_name,
+        claim_unmanaged=options.claim_unmanaged,
+    )
+    metrics = Metrics()
+    client.on_response = metrics.api_response
+    executor = InstrumentedExecutor(client, metrics=metrics, config=config)
+    controller = InstrumentedController(
         executor,
-        OperatorConfig(
-            cluster_domain=options.cluster_domain,
-            termination_taints=options.termination_taints,
-            cordon_is_termination=options.cordon_is_termination,
-            api_discovery=options.api_discovery,
-            gang_scheduler=options.gang_scheduler,
-        ),
+        config,
         workers=options.workers,
         # The API server's clock, so that grace periods mean the same to every leader (issue 8, rule 11).
         clock=client.clock.now,
+        metrics=metrics,
     )
+    executor.cache = controller.cache
+    metrics.attach(controller)
     try:
         await client.get("/version")  # learns the API server's clock before the first plan
     except Exception as err:
         log.warning("could not read the API server's clock yet: %s", err)
     registry = kopf.OperatorRegistry()
     controller.register(registry)
+    metrics.register(registry, config)
+    if options.metrics_port:
+        metrics.serve(options.metrics_port, options.metrics_address)
     if started is not None:
         started(controller)
 
