@@ -23,7 +23,9 @@ step() { printf '[image build %4ds] %s\n' $((SECONDS - start)) "$*"; }
 
 if [[ ! -f "$out/rootfs.tar" ]]; then
   step "Debian bookworm root filesystem (mmdebstrap minbase + python3, ca-certificates)"
-  nice -n 10 mmdebstrap --quiet --variant=minbase --include=python3,ca-certificates \
+  rm -rf "$out/rootfs.tar.tmp"
+  # --format: the output name ends in .tmp, from which mmdebstrap would guess a directory.
+  nice -n 10 mmdebstrap --quiet --format=tar --variant=minbase --include=python3,ca-certificates \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
     --dpkgopt='path-exclude=/usr/share/locale/*' bookworm "$out/rootfs.tar.tmp"
   mv "$out/rootfs.tar.tmp" "$out/rootfs.tar"
