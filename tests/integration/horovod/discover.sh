@@ -3,8 +3,10 @@
 # whose names do not resolve yet. The testbed has no cluster DNS; the test writes each worker's pod IP into the
 # launcher's /etc/hosts (what a headless Service's records would give), so a new worker is offered to Horovod
 # only once ssh can reach it.
-out="$(sh /etc/mpi/discover_hosts.sh)" || exit $?
-for line in $out; do
-  getent hosts "${line%%:*}" >/dev/null && echo "$line"
-done
+date +%s.%N >> /tmp/discovery-runs
+out="$(sh /etc/mpi/discover_hosts.sh --explain 2>/tmp/explain)" || { cat /tmp/explain >&2; exit 1; }
+hosts="$(for line in $out; do getent hosts "${line%%:*}" >/dev/null && echo "$line"; done)"
+# Each change of the list, on stderr (the launcher's log), for the test's post-mortem.
+[ "$hosts" = "$(cat /tmp/discovered 2>/dev/null)" ] || { echo "$hosts" > /tmp/discovered; echo "DISCOVERED $(date +%s.%N):" $hosts "($(grep source: /tmp/explain))" >&2; }
+[ -z "$hosts" ] || echo "$hosts"
 exit 0
