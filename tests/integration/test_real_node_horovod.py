@@ -217,3 +217,43 @@ async def test_without_the_graceful_order_horovod_rolls_back_and_blacklists_the_
     finally:
         syncer.cancel()
         await kube.delete(API_VERSION, "MPIJob", run.job)
+
+
+async def test_horovod_elastic_keeps_training_through_a_targeted_scale_in_without_rollback_or_blacklist(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    horovod_image: str,
+) -> None:
+    tb, kube = real_testbed[0], rn_kube
+    run, syncer = await start_training(tb, kube, horovod_image, 4)
+    try:
+        victims = [c.worker_name(run.job, 1), c.worker_name(run.job, 3)]
+        mark = last_batch(run.log())
+        await kube.patch_job(
+            run.job,
+            {"spec": {"elasticPolicy": {"workersToDelete": victims}, "mpiReplicaSpecs": {"Worker": {"replicas": 2}}}},
+        )
+        await run.wait_log(lambda log: commits_after(log, mark, 2, 3), "training going on with 2 workers")
+
+        async def victims_gone() -> bool:
+            return not {p["metadata"]["name"] for p in await kube.workers(run.job)} & set(victims)
+
+        await eventually(victims_gone, within=120, what="the victims' pods deleted")
+        await asyncio.sleep(5)  # a late failure of the removed workers would show by now
+        log = run.log()
+        after = log[log.index(f"COMMIT batch={mark} ") :]
+        # Graceful: Horovod saw the hosts go at a commit and re-formed from there: no rollback, no blacklist.
+        assert not ROLLBACK.search(log), log[-3000:]
+        assert "blacklist" not in log, log[-3000:]
+        resets = [(int(b), int(s)) for b, s in RESET.findall(after)]
+        assert resets and all(s == 2 for _, s in resets), resets
+        assert all(b >= mark and b % 5 == 0 for b, _ in resets), resets
+        sizes = [s for _, s in commits(after)]
+        assert sizes[0] == 4 and sizes[-1] == 2 and 3 not in sizes, sizes
+        batches = [b for b, _ in commits(log)]
+        assert batches == sorted(batches) and len(set(batches)) == len(batches), batches
+
+    finally:
+        syncer.cancel()
+        await kube.delete(API_VERSION, "MPIJob", run.job)
