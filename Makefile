@@ -4,7 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration testbed testbed-node testbed-extras e2e bench crd clean chaos
+.PHONY: demo test lint unit integration testbed testbed-node testbed-extras e2e helm bench compare crd docs bundle plugin-archive lock image clean chaos
+TESTBED_BIN ?= $(or $(MPIJOB_TESTBED_BIN),.cache/testbed/bin)
 
 $(STAMP): pyproject.toml
 	@echo "[setup] creating $(VENV) and installing mpijob with its dev tools"
@@ -15,6 +16,10 @@ $(STAMP): pyproject.toml
 
 testbed:
 	bash testbed/build.sh
+
+# helm from its Go module, for the chart tests (helm lint / helm template).
+helm:
+	bash testbed/helm/build.sh
 
 # The real node's parts (root): Debian packages, then the kubelet (own stamp; the kwok-only testbed never waits
 # for it). `mpijob testbed up --real-node` does both itself when needed.
@@ -43,25 +48,54 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit -q
 
-integration: $(STAMP) testbed testbed-extras
+integration: $(STAMP) testbed testbed-extras helm image
 	$(BIN)/pytest tests/integration -q
 
 # The whole suite: static checks, unit tests, then integration tests on a real local control plane.
-test: $(STAMP) testbed testbed-extras lint
+test: $(STAMP) testbed testbed-extras helm image lint
 	$(BIN)/pytest tests -q -p no:cacheprovider
 
 # A long seeded chaos run (issue 8): operator SIGKILLs across scale-in, node termination and scale-out.
 # CHAOS_SEED=n replays a run; docs/reliability.md has the counts of the last long run.
+# CHAOS_FAULT_ROUNDS: rounds of watch expiry, API server restarts, 409 storm and lease handovers.
 CHAOS_STEPS ?= 200
 CHAOS_SEED ?= 20261130
+CHAOS_FAULT_ROUNDS ?= 3
 chaos: $(STAMP) testbed
-	MPIJOB_CHAOS_STEPS=$(CHAOS_STEPS) MPIJOB_CHAOS_SEED=$(CHAOS_SEED) $(BIN)/pytest tests/integration/test_chaos.py -q -s -p no:cacheprovider
+	MPIJOB_CHAOS_STEPS=$(CHAOS_STEPS) MPIJOB_CHAOS_SEED=$(CHAOS_SEED) MPIJOB_CHAOS_FAULT_ROUNDS=$(CHAOS_FAULT_ROUNDS) $(BIN)/pytest tests/integration/test_chaos.py -q -s -p no:cacheprovider
 
 bench: $(STAMP) testbed
 	$(BIN)/python bench/run.py
 
+# Side by side with the reference operator (built from its Go module into .cache/reference).
+compare: $(STAMP) testbed
+	$(BIN)/python bench/compare.py
+
 crd: $(STAMP)
 	$(BIN)/mpijob crd > deploy/crd/kubeflow.org_mpijobs.yaml
+	cp deploy/crd/kubeflow.org_mpijobs.yaml deploy/helm/mpijob-operator/crds/
+
+# Generated docs (a test fails when they drift from the models).
+docs: $(STAMP)
+	$(BIN)/mpijob api-reference > docs/api-reference.md
+
+# The operator image without a container engine or registry (docs/image.md); `make test` runs it once.
+image: $(STAMP)
+	PYTHON=$(BIN)/python bash deploy/image/build-offline.sh
+
+# kubectl plugin archive for krew (dist/, git-ignored); prints its sha256 for deploy/krew/mpijob.yaml.
+plugin-archive: $(STAMP)
+	PYTHON=$(BIN)/python bash deploy/krew/build-archive.sh
+
+# Hash-locked runtime dependencies of the image and the plugin archive.
+lock: $(STAMP)
+	$(BIN)/pip install --quiet pip-tools
+	$(BIN)/pip-compile --quiet --generate-hashes --strip-extras --allow-unsafe --no-emit-index-url --no-emit-find-links -o requirements.lock pyproject.toml
+	$(BIN)/pip-compile --quiet --generate-hashes --allow-unsafe --no-emit-index-url --no-emit-find-links -o requirements-build.lock requirements-build.in
+
+# The single-file install: the standalone overlay rendered (a test fails when it is stale).
+bundle: crd testbed
+	$(TESTBED_BIN)/kubectl kustomize deploy/overlays/standalone > deploy/mpijob-operator.yaml
 
 clean:
 	-$(BIN)/mpijob testbed down

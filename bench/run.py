@@ -74,7 +74,6 @@ def _converged_snapshot(workers: int) -> Snapshot:
             pods_by_name={p["metadata"]["name"]: p for p in pods},
             service=objs.get("Service"),
             config_map=objs.get("ConfigMap"),
-            secret=objs.get("Secret"),
             pdb=objs.get("PodDisruptionBudget"),
             service_account=objs.get("ServiceAccount"),
             role=objs.get("Role"),

@@ -25,6 +25,7 @@ from kube import Kube
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 from operator_harness import OperatorProcess
+from rbac import operator_kubeconfig as make_operator_kubeconfig
 
 from mpijob.cli.operator import install_crd
 from mpijob.executor.client import Client
@@ -108,14 +109,32 @@ async def namespace(api: ApiClient, request: pytest.FixtureRequest) -> AsyncIter
 
 
 @pytest.fixture(scope="session")
+def operator_kubeconfig(kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The operator's own credentials: a TokenRequest token of its ServiceAccount, bound to the shipped
+    RBAC (deploy/base/rbac.yaml), applied here. Not admin: a verb the role lacks fails the tests."""
+
+    async def make() -> Path:
+        api = await load_api_client(kubeconfig)
+        async with api:
+            out = tmp_path_factory.mktemp("operator-sa") / "kubeconfig"
+            return await make_operator_kubeconfig(Client(api, qps=0, burst=1), kubeconfig, out)
+
+    return asyncio.run(make())
+
+
+@pytest.fixture(scope="session")
 def operator(
-    kubeconfig: Path, testbed: cluster.Testbed | None, tmp_path_factory: pytest.TempPathFactory
+    kubeconfig: Path,
+    operator_kubeconfig: Path,
+    testbed: cluster.Testbed | None,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
-    """One `mpijob operator` process for the session, after the CRD is installed. Tests may kill and
-    restart it; whatever state it is in, the next test gets it running."""
+    """One `mpijob operator` process for the session, after the CRD is installed, running as its own
+    ServiceAccount and serving /metrics on a free port. Tests may kill and restart it; whatever state it
+    is in, the next test gets it running."""
     asyncio.run(install_crd(str(kubeconfig)))
     log_dir = testbed.state_dir if testbed is not None else tmp_path_factory.mktemp("operator")
-    proc = OperatorProcess(kubeconfig, log_dir)
+    proc = OperatorProcess(operator_kubeconfig, log_dir, metrics=True)
     proc.start()
     yield proc
     proc.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,10 +13,14 @@ from pathlib import Path
 
 
 class OperatorProcess:
-    def __init__(self, kubeconfig: Path, log_dir: Path, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, kubeconfig: Path, log_dir: Path, extra_args: tuple[str, ...] = (), *, metrics: bool = False
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.log_dir = log_dir
         self.extra_args = extra_args
+        # /metrics on a port free now; the same port across restarts, so a scrape URL stays valid.
+        self.metrics_port = _free_port() if metrics else 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -39,6 +44,11 @@ class OperatorProcess:
                 str(self.kubeconfig),
                 "--log-level",
                 "DEBUG",
+                *(
+                    ("--metrics-port", str(self.metrics_port), "--metrics-bind-address", "127.0.0.1")
+                    if self.metrics_port
+                    else ()
+                ),
                 *self.extra_args,
             ],
             stdout=log,
@@ -72,3 +82,10 @@ class OperatorProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port

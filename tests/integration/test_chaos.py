@@ -7,6 +7,10 @@ targeted scale-ins, node terminations and scale-outs. After every step:
 - no double decrement (replicas after a node termination = max(minReplicas, before - its workers));
 - the job converges: replicas live Running workers, all in discover_hosts.sh, workersToDelete empty.
 
+A second test adds faults beyond operator kills (a forced watch expiry with a deletion in the gap, kube-apiserver
+restarts, a 409 storm of concurrent workersToDelete edits, lease handovers between two operators), with the
+same checks; MPIJOB_CHAOS_FAULT_ROUNDS rounds (default 1).
+
 `.ci/run` runs a short seeded run (MPIJOB_CHAOS_STEPS, default 6); `make chaos` runs a long one.
 MPIJOB_CHAOS_SEED picks the seed (printed on failure, so a failing run can be replayed).
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import signal
 from typing import Any
 
 import pytest
@@ -131,3 +136,186 @@ async def test_seeded_operator_kills_across_scale_in_node_termination_and_scale_
             if tainted is not None:
                 assert not [p for p in pods if node_of(p) == tainted], context
     print(f"chaos: seed {SEED}, {STEPS} steps, {kills} operator SIGKILLs")
+
+
+# -- faults beyond operator kills: watch expiry, API server restart, 409 storms, lease handover --------------
+
+FAULT_ROUNDS = int(os.environ.get("MPIJOB_CHAOS_FAULT_ROUNDS", "1"))
+
+
+async def _api_back(kube: Kube) -> None:
+    """After a kube-apiserver restart, pooled connections may be dead: retry until a request goes through."""
+    for _ in range(50):
+        try:
+            await kube.client.get("/version")
+            return
+        except Exception:  # a dropped keep-alive connection surfaces as any aiohttp error
+            await asyncio.sleep(0.2)
+
+
+async def _restart_apiserver(kube: Kube, testbed: Any) -> float:
+    from mpijob.testbed import cluster
+
+    down = await asyncio.to_thread(cluster.restart_component, "kube-apiserver", testbed.state_dir, echo=lambda _: None)
+    await _api_back(kube)
+    return float(down)
+
+
+async def _storm(kube: Kube, job: str, victims: list[str]) -> int:
+    """Concurrent user edits of workersToDelete, each a read-modify-write with the job's resourceVersion
+    (as kubectl edit does): each lists its victim and lowers replicas by one, retrying on 409. Returns the
+    409s seen. The operator writes the same fields meanwhile, so its writes meet 409s too."""
+    from mpijob.api.models import API_VERSION
+    from mpijob.executor.client import ApiError
+    from mpijob.executor.resources import object_path
+
+    conflicts = 0
+
+    async def edit(victim: str) -> None:
+        nonlocal conflicts
+        while True:
+            body = await kube.job(job)
+            listed = list(listed_of(body))
+            patch = {
+                "metadata": {"resourceVersion": body["metadata"]["resourceVersion"]},
+                "spec": {
+                    "mpiReplicaSpecs": {"Worker": {"replicas": replicas_of(body) - 1}},
+                    "elasticPolicy": {"workersToDelete": [*listed, victim]},
+                },
+            }
+            try:
+                await kube.client.merge_patch(object_path(API_VERSION, "MPIJob", kube.ns, job), patch)
+                return
+            except ApiError as err:
+                if err.status != 409:
+                    raise
+                conflicts += 1
+
+    await asyncio.gather(*(edit(v) for v in victims))
+    return conflicts
+
+
+async def test_seeded_faults_watch_expiry_apiserver_restart_409_storm_and_lease_handover(
+    kube: Kube, api: ApiClient, kubeconfig: Any, testbed: Any, running_operator: OperatorProcess, tmp_path: Any
+) -> None:
+    if testbed is None:
+        pytest.skip("restarts the project testbed's kube-apiserver")
+    rng = random.Random(SEED)
+    job = "faults"
+    # Two operators in a leader election; relists every 3 s (+-20 %), so a watch gap closes quickly.
+    args = ("--leader-elect", "--lock-namespace", kube.ns, "--resync-period", "3")
+    ops = [OperatorProcess(kubeconfig, tmp_path / name, args) for name in ("a", "b")]
+    for op in ops:
+        op.log_dir.mkdir()
+    counts = {"apiserver restarts": 0, "watch gaps": 0, "409s": 0, "leader kills": 0}
+    running_operator.stop()  # the session's operator does not take part in the election
+
+    def ensure_two() -> None:
+        for op in ops:
+            if not op.alive():  # a leader that lost its Lease exits (crash-only); start it again
+                op.start()
+
+    async def leader() -> OperatorProcess | None:
+        from mpijob.executor.client import ApiError
+
+        try:
+            lease = await kube.client.get(f"/apis/coordination.k8s.io/v1/namespaces/{kube.ns}/leases/mpijob-operator")
+        except ApiError:
+            return None
+        holder = (lease.get("spec") or {}).get("holderIdentity")
+        return next((op for op in ops if op.alive() and f"leading as {holder}" in op.log_tail(2000)), None)
+
+    try:
+        ensure_two()
+        async with own_nodes(api, kube, "a", "b", "c", spot=("b", "c")) as nodes:
+            pods = await start_job(
+                kube, elastic_job(job, nodes, workers=4, min_replicas=MIN, max_replicas=MAX, grace=1)
+            )
+            replicas = 4
+
+            async def step(what: str, expected_gone: set[str], before: dict[str, Obj]) -> list[Obj]:
+                context = f"seed {SEED} {what}; {counts}"
+                try:
+                    done = await _converged(kube, job, replicas, {before[n]["metadata"]["uid"] for n in expected_gone})
+                except AssertionError as err:
+                    logs = "\n".join(op.log_tail() for op in ops)
+                    raise AssertionError(f"{context}: {err}\n{logs}") from None
+                after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in done}
+                gone = {n for n, p in before.items() if after.get(n) != p["metadata"]["uid"]}
+                assert gone == expected_gone, (
+                    f"{context}: deleted {sorted(gone)}, the rules picked {sorted(expected_gone)}"
+                )
+                _index_ok(job, done)
+                ensure_two()
+                return done
+
+            for _ in range(FAULT_ROUNDS):
+                # 1. Forced watch expiry: both operators frozen, a worker deleted, the API server restarted (its
+                #    new watch cache starts after the deletion: resuming watches get 410 Gone, and kopf relists,
+                #    keeping the deleted pod in its index); then they resume. The relist must drop the ghost and
+                #    the loss count once (ScaleIn: replicas - 1).
+                before = {p["metadata"]["name"]: p for p in pods}
+                victim = rng.choice(sorted(before))
+                for op in ops:
+                    assert op.proc is not None
+                    os.kill(op.proc.pid, signal.SIGSTOP)
+                try:
+                    await kube.delete("v1", "Pod", victim, grace=0)
+                    await _restart_apiserver(kube, testbed)
+                finally:
+                    for op in ops:
+                        if op.proc is not None:
+                            os.kill(op.proc.pid, signal.SIGCONT)
+                counts["apiserver restarts"] += 1
+                counts["watch gaps"] += 1
+                replicas = max(MIN, replicas - 1)
+                pods = await step("watch expiry", {victim}, before)
+
+                # 2. A 409 storm: two users list two workers at once while the leader is killed mid-way.
+                while replicas < MIN + 2:
+                    replicas += 1
+                    await kube.patch_job(job, {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": replicas}}}})
+                    pods = await step("scale-out before the storm", set(), {p["metadata"]["name"]: p for p in pods})
+                before = {p["metadata"]["name"]: p for p in pods}
+                victims = rng.sample(sorted(before), 2)
+                current = await leader()
+                storm = asyncio.create_task(_storm(kube, job, victims))
+                await asyncio.sleep(rng.uniform(0, 0.3))
+                if current is not None:
+                    current.stop(kill=True)
+                    counts["leader kills"] += 1
+                counts["409s"] += await storm
+                replicas -= 2  # exactly once each, whoever leads
+                pods = await step("409 storm and lease handover", set(victims), before)
+
+                # 3. A node termination with the API server restarted while the leader acts on it.
+                before = {p["metadata"]["name"]: p for p in pods}
+                on_spot = [n for n in nodes[1:] if any(node_of(p) == n for p in pods)]
+                if on_spot:
+                    tainted = rng.choice(on_spot)
+                    expected = {n for n, p in before.items() if node_of(p) == tainted}
+                    replicas = max(MIN, replicas - len(expected))
+                    await taint_node(api, tainted)
+                    await asyncio.sleep(rng.uniform(0, 0.5))
+                    await _restart_apiserver(kube, testbed)
+                    counts["apiserver restarts"] += 1
+                    pods = await step("node termination across an API server restart", expected, before)
+                    assert not [p for p in pods if node_of(p) == tainted]
+                    await untaint_node(api, tainted)
+
+                # 4. Scale out again with the leader killed at once: the standby finishes it.
+                before = {p["metadata"]["name"]: p for p in pods}
+                replicas = min(MAX, replicas + 2)
+                await kube.patch_job(job, {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": replicas}}}})
+                current = await leader()
+                if current is not None:
+                    current.stop(kill=True)
+                    counts["leader kills"] += 1
+                pods = await step("scale-out across a lease handover", set(), before)
+    finally:
+        for op in ops:
+            if op.proc is not None and op.alive():
+                os.kill(op.proc.pid, signal.SIGCONT)
+            op.stop()
+        running_operator.start()
+    print(f"chaos faults: seed {SEED}, {FAULT_ROUNDS} round(s): {counts}")

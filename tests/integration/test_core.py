@@ -224,9 +224,9 @@ async def test_all_children_created_with_hostfile_discovery_ssh_secret_launcher_
         assert_controlled_by(pod, job)
         assert env_of(pod["spec"]["containers"][0])["K_MPI_JOB_ROLE"] == c.ROLE_WORKER
 
-    # Every create is announced.
+    # Every create is announced (one Event per reconcile names all the objects it created).
     for worker in worker_names:
-        await event_with(kube, name, "Normal", "SuccessfulCreatePod", worker)
+        await event_with(kube, name, "Normal", "SuccessfulCreate", worker)
 
 
 async def test_run_launcher_as_worker_puts_the_launcher_first_in_hostfile_and_discovery_and_shifts_indexes(
@@ -558,12 +558,19 @@ async def test_worker_deleted_by_someone_else_is_recreated_at_the_same_name(kube
 # -- 8. foreign objects with a child's name ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["ConfigMap", "Pod"])
+@pytest.mark.parametrize("kind", ["ConfigMap", "Secret", "Pod"])
 async def test_foreign_object_with_a_child_name_is_never_touched_and_the_job_reports_a_conflict(
     kube: Kube, kind: str
 ) -> None:
     name = "foreign"
-    if kind == "ConfigMap":
+    blocks = kind in ("ConfigMap", "Secret")
+    if kind == "Secret":
+        # The operator cannot read Secrets (issue 8, rule 12): its create finds the name taken.
+        foreign_name = c.secret_name(name)
+        await kube.create(
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": foreign_name}, "data": {"ssh-privatekey": ""}}
+        )
+    elif kind == "ConfigMap":
         foreign_name = c.config_map_name(name)
         await kube.create(
             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": foreign_name}, "data": {"hostfile": "x\n"}}
@@ -592,8 +599,9 @@ async def test_foreign_object_with_a_child_name_is_never_touched_and_the_job_rep
     conflict = condition(job, "ResourceConflict")
     assert conflict is not None and f"{kind} {foreign_name}" in conflict["message"], conflict
     await event_with(kube, name, "Warning", "ResourceConflict", foreign_name)
-    if kind == "ConfigMap":
-        # Fail closed (issue 8, rule 5): a worker or launcher would mount someone else's discover_hosts.sh.
+    if blocks:
+        # Fail closed (issue 8, rule 5): a worker or launcher would mount someone else's discover_hosts.sh
+        # or SSH key.
         assert "No worker or launcher is created" in conflict["message"], conflict
         await asyncio.sleep(3)
         assert await kube.workers(name) == []
@@ -618,17 +626,27 @@ async def test_foreign_object_with_a_child_name_is_never_touched_and_the_job_rep
     assert not current["metadata"].get("ownerReferences")
     assert not current["metadata"].get("deletionTimestamp")
     assert has_condition(await kube.job(name), "ResourceConflict")
-    if kind == "ConfigMap":
-        # Resolved by its owner: the job starts, with its own ConfigMap.
-        await kube.delete("v1", "ConfigMap", foreign_name)
+    if blocks:
+        # Resolved by its owner: the job starts, with its own ConfigMap / Secret.
+        await kube.delete("v1", kind, foreign_name)
+        if kind == "Secret":
+            # Secrets are not watched: the create is retried every minute, or at once on any edit of the job.
+            await kube.patch_job(name, {"metadata": {"annotations": {"touched": "1"}}})
         await eventually(lambda: launcher_job(kube, name), what="launcher Job after the conflict is resolved")
 
         async def two_workers() -> bool:
             return len(live(await kube.workers(name))) == 2
 
         await eventually(two_workers, what="two workers after the conflict is resolved")
-        cm = await kube.get("v1", "ConfigMap", foreign_name)
-        assert cm is not None and (cm["metadata"].get("ownerReferences") or [{}])[0].get("kind") == "MPIJob"
+        ours = await kube.get("v1", kind, foreign_name)
+        assert ours is not None and (ours["metadata"].get("ownerReferences") or [{}])[0].get("kind") == "MPIJob"
+        if kind == "Secret":
+
+            async def uid_recorded() -> bool:
+                status = (await kube.job(name)).get("status") or {}
+                return bool(status.get("sshSecretUID") == ours["metadata"]["uid"])
+
+            await eventually(uid_recorded, what="the SSH Secret's uid in the status")
         await eventually(lambda: _condition_false(kube, name, "ResourceConflict"), what="ResourceConflict cleared")
 
 

@@ -16,12 +16,20 @@ pytestmark = pytest.mark.integration
 
 
 async def test_only_the_lease_holder_reconciles_and_a_standby_takes_over_when_it_dies(
-    kube: Kube, kubeconfig: Path, running_operator: OperatorProcess, tmp_path: Path
+    kube: Kube, operator_kubeconfig: Path, running_operator: OperatorProcess, tmp_path: Path
 ) -> None:
-    lock_ns = kube.ns  # the Lease lives in the test's namespace, so it goes away with it
+    # As installed: the operator's ServiceAccount, whose Role grants Leases only in mpijob-system (so this
+    # also proves that Role). A Lease left by an earlier run is removed first, so the holders seen are ours.
+    lock_ns = "mpijob-system"
+    lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{lock_ns}/leases/mpijob-operator"
+    try:
+        await kube.client.delete(lease_path)
+    except ApiError as err:
+        if err.status != 404:
+            raise
     args = ("--leader-elect", "--lock-namespace", lock_ns)
-    first = OperatorProcess(kubeconfig, tmp_path, args)
-    second = OperatorProcess(kubeconfig, tmp_path / "b", args)
+    first = OperatorProcess(operator_kubeconfig, tmp_path, args)
+    second = OperatorProcess(operator_kubeconfig, tmp_path / "b", args)
     (tmp_path / "b").mkdir()
     running_operator.stop()  # the session's operator does not take part in the election
     try:
@@ -29,9 +37,7 @@ async def test_only_the_lease_holder_reconciles_and_a_standby_takes_over_when_it
 
         async def lease_holder() -> str | None:
             try:
-                lease = await kube.client.get(
-                    f"/apis/coordination.k8s.io/v1/namespaces/{lock_ns}/leases/mpijob-operator"
-                )
+                lease = await kube.client.get(lease_path)
             except ApiError:
                 return None
             holder: str | None = (lease.get("spec") or {}).get("holderIdentity")

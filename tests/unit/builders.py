@@ -455,6 +455,14 @@ def snap(
         node_map = {n: node(n) for p in all_pods if (n := (p.get("spec") or {}).get("nodeName"))}
     uid = job["metadata"]["uid"]
     owned = [p for p in pods if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
+    # The operator does not watch Secrets: an SSH Secret the job owns is one whose uid its status records;
+    # a foreign one is what an exclusive create of that name answers (AlreadyExists).
+    created: dict[tuple[str, str], str | None] = {}
+    if secret_obj is not None:
+        if any(r.get("uid") == uid for r in secret_obj["metadata"].get("ownerReferences") or []):
+            job = {**job, "status": {**(job.get("status") or {}), "sshSecretUID": secret_obj["metadata"]["uid"]}}
+        else:
+            created[("Secret", secret_obj["metadata"]["name"])] = None
     return Snapshot(
         job=job,
         now=now,
@@ -464,7 +472,6 @@ def snap(
         launcher_pods=list(launcher_pods),
         service=service_obj,
         config_map=config_map_obj,
-        secret=secret_obj,
         pdb=pdb_obj,
         service_account=service_account_obj,
         role=role_obj,
@@ -473,6 +480,7 @@ def snap(
         pod_group=pod_group,
         config=config or OperatorConfig(),
         absence_checks=dict(checks) if checks is not None else _truth(job, all_pods, node_map),
+        created=created,
     )
 
 

@@ -293,11 +293,14 @@ def test_host_network_workers_use_cluster_first_with_host_net_dns() -> None:
     assert pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
 
 
-def test_ssh_keys_outside_root_are_mounted_readable() -> None:
+@pytest.mark.parametrize("mount_path", ["/root/.ssh", "/home/mpiuser/.ssh"])
+def test_ssh_private_key_is_mounted_0600_whatever_the_mount_path(mount_path: str) -> None:
     job = mpijob(workers=1)
-    job["spec"]["sshAuthMountPath"] = "/home/mpiuser/.ssh"
+    job["spec"]["sshAuthMountPath"] = mount_path
     actions = plan(snap(job))
     for pod_spec in [_one(creates(actions, "Pod"))["spec"], _one(creates(actions, "Job"))["spec"]["template"]["spec"]]:
         volume = next(v for v in pod_spec["volumes"] if v["name"] == "ssh-auth")
-        assert volume["secret"]["defaultMode"] == 0o644
-        assert {"name": "ssh-auth", "mountPath": "/home/mpiuser/.ssh"} in pod_spec["containers"][0]["volumeMounts"]
+        modes = {item["path"]: item["mode"] for item in volume["secret"]["items"]}
+        assert volume["secret"]["defaultMode"] == 0o600
+        assert modes == {"id_rsa": 0o600, "id_rsa.pub": 0o644, "authorized_keys": 0o644}
+        assert {"name": "ssh-auth", "mountPath": mount_path} in pod_spec["containers"][0]["volumeMounts"]

@@ -81,3 +81,35 @@ def test_bad_failure_count_in_the_status_is_ignored() -> None:
     assert "recentWorkerFailures" not in world.job("pi")["status"]
     _fail_one(world)
     assert _creates_now(world) == 1
+
+
+def test_workers_that_keep_landing_on_a_terminating_node_are_replaced_with_the_backoff() -> None:
+    # Rule 7: the scheduler keeps putting replacements on a node that is going (here the only node).
+    world = _world()
+    world.advance(600)  # the first workers have served for a while
+    world.taint("node-1", "cloud.google.com/impending-node-termination")
+
+    # The old workers losing their node are no churn: replaced at once, not counted. Their replacements
+    # land on the same node and are signalled young: counted, replaced at once twice, then backed off
+    # (without the backoff this would create pods forever: settle would find no fixed point).
+    assert _creates_now(world) == 4
+    status = world.job("pi")["status"]
+    assert status["recentWorkerFailures"] == 4
+    world.advance(19)
+    assert _creates_now(world) == 0
+    world.advance(1)  # 10 s * 2 after the last landing
+    assert _creates_now(world) == 2
+    assert world.job("pi")["status"]["recentWorkerFailures"] == 6
+
+
+def test_workers_that_served_before_their_node_went_are_not_counted_as_churn() -> None:
+    world = _world()
+    world.add_nodes("node-2")
+    world.advance(600)
+    world.placement = ["node-2"]
+    world.taint("node-1", "cloud.google.com/impending-node-termination")
+
+    assert _creates_now(world) == 2
+
+    assert "recentWorkerFailures" not in world.job("pi")["status"]
+    assert len(world.kept_workers("pi")) == 2

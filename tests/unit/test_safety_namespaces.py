@@ -57,18 +57,19 @@ def test_cache_view_of_a_job_leaves_out_pods_of_other_namespaces() -> None:
     cache.indexes = {
         "mpijobs": {("team-a", "pi"): [job]},
         "pods": {("team-a", "pi-worker-0"): [ours], ("team-b", "pi-worker-1"): [impostor]},
-        "pods_by_owner": {uid: [("team-a", "pi-worker-0"), ("team-b", "pi-worker-1")]},
-        "pods_by_node": {},
         "jobs": {},
         "services": {},
         "configmaps": {},
-        "secrets": {},
         "pdbs": {},
         "serviceaccounts": {},
         "roles": {},
         "rolebindings": {},
         "nodes": {},
     }
+
+    for pod in (ours, impostor):
+        meta = pod["metadata"]
+        cache.pod_seen((meta["namespace"], meta["name"]), str(meta.get("uid")), uid, None, None)
 
     snapshot = cache.snapshot(copy.deepcopy(job), datetime.now(UTC), OperatorConfig())
 

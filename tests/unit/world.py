@@ -86,6 +86,9 @@ class World:
     observer: Callable[[Snapshot, list[Action]], None] | None = None
     # Live reads answered (ConfirmAbsence).
     reads: int = 0
+    # Outcomes of the last batch's exclusive creates, and the uids the "controller" remembers per job.
+    exclusive: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    created: dict[str, dict[tuple[str, str], str | None]] = field(default_factory=dict)
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
     _uid: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _place: int = 0
@@ -184,7 +187,6 @@ class World:
             ],
             service=copy.deepcopy(self.get("Service", job_name)),
             config_map=copy.deepcopy(self.get("ConfigMap", c.config_map_name(job_name))),
-            secret=copy.deepcopy(self.get("Secret", c.secret_name(job_name))),
             pdb=copy.deepcopy(self.get("PodDisruptionBudget", c.pdb_name(job_name))),
             service_account=copy.deepcopy(self.get("ServiceAccount", c.discovery_rbac_name(job_name))),
             role=copy.deepcopy(self.get("Role", c.discovery_rbac_name(job_name))),
@@ -201,10 +203,11 @@ class World:
         controller requeues it; the actions applied by all of them are returned."""
         done: list[Action] = []
         checks: dict[tuple[str, str], bool] = {}
+        created = dict(self.created.pop(job_name, {}))
         for _ in range(8):
             if self.get("MPIJob", job_name) is None:
                 return done
-            snapshot = replace(self.snapshot(job_name), absence_checks=dict(checks))
+            snapshot = replace(self.snapshot(job_name), absence_checks=dict(checks), created=dict(created))
             actions = plan(snapshot)
             if self.observer is not None:
                 self.observer(snapshot, actions)
@@ -221,6 +224,14 @@ class World:
                     checks[(a.kind, a.name)] = not present
                 continue
             failed = self.apply(actions)
+            # Exclusive creates (the SSH Secret) report their outcome, remembered until the status has it; a
+            # refused one is planned again at once with the answer, as the controller does.
+            created.update(self.exclusive)
+            kept = {k: v for k, v in created.items() if v is not None}
+            if kept:
+                self.created[job_name] = kept
+            if None in self.exclusive.values():
+                continue
             if failed is not None or not deferred:
                 return done + actions
             done += actions[: deferred[0]]
@@ -250,6 +261,7 @@ class World:
         Patches of the MPIJob with a resourceVersion build on the version the previous one produced."""
         job_rv: str | None = None
         skip_event = False
+        self.exclusive = {}
         for action in actions:
             if isinstance(action, Emit):
                 if not skip_event:
@@ -262,7 +274,17 @@ class World:
             if isinstance(action, RequeueAfter | ConfirmAbsence):
                 continue
             try:
-                if isinstance(action, Create):
+                if isinstance(action, Create) and action.exclusive:
+                    key = (action.obj["kind"], action.obj["metadata"]["name"])
+                    try:
+                        self._create(action)
+                    except ApiError as err:
+                        # Someone else's object: an answer, not a failure; nothing after it runs.
+                        self.exclusive[key] = None
+                        self.tolerated.append(err)
+                        return err
+                    self.exclusive[key] = self.objects[key]["metadata"]["uid"]
+                elif isinstance(action, Create):
                     self._create(action)
                 elif isinstance(action, Patch):
                     if action.kind == "MPIJob" and action.resource_version is not None and job_rv is not None:

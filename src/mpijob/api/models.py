@@ -74,11 +74,23 @@ class ReplicaType(StrEnum):
 
 
 class SchedulingPolicy(_Model):
-    min_available: int | None = Field(default=None, alias="minAvailable", ge=0)
-    queue: str | None = None
-    min_resources: dict[str, Any] | None = Field(default=None, alias="minResources")
-    priority_class: str | None = Field(default=None, alias="priorityClass")
-    schedule_timeout_seconds: int | None = Field(default=None, alias="scheduleTimeoutSeconds", ge=0)
+    # Gang scheduling (Volcano / scheduler-plugins PodGroups) is not implemented: accepted, then ignored.
+    min_available: int | None = Field(
+        default=None, alias="minAvailable", ge=0, description="Gang scheduling: accepted for compatibility, ignored."
+    )
+    queue: str | None = Field(default=None, description="Gang scheduling: accepted for compatibility, ignored.")
+    min_resources: dict[str, Any] | None = Field(
+        default=None, alias="minResources", description="Gang scheduling: accepted for compatibility, ignored."
+    )
+    priority_class: str | None = Field(
+        default=None, alias="priorityClass", description="Gang scheduling: accepted for compatibility, ignored."
+    )
+    schedule_timeout_seconds: int | None = Field(
+        default=None,
+        alias="scheduleTimeoutSeconds",
+        ge=0,
+        description="Gang scheduling: accepted for compatibility, ignored.",
+    )
 
 
 class RunPolicy(_Model):
@@ -94,9 +106,21 @@ class RunPolicy(_Model):
         ge=0,
         description="Delete the MPIJob (and so its children) this long after it finished.",
     )
-    active_deadline_seconds: int | None = Field(default=None, alias="activeDeadlineSeconds", ge=0)
-    backoff_limit: int | None = Field(default=None, alias="backoffLimit", ge=0)
-    scheduling_policy: SchedulingPolicy | None = Field(default=None, alias="schedulingPolicy")
+    active_deadline_seconds: int | None = Field(
+        default=None,
+        alias="activeDeadlineSeconds",
+        ge=0,
+        description="Seconds the launcher Job may run (copied onto it); past them the job fails.",
+    )
+    backoff_limit: int | None = Field(
+        default=None,
+        alias="backoffLimit",
+        ge=0,
+        description="Launcher retries before the job fails (set on the launcher Job).",
+    )
+    scheduling_policy: SchedulingPolicy | None = Field(
+        default=None, alias="schedulingPolicy", description="Gang scheduling settings (accepted, not acted on)."
+    )
     suspend: bool = Field(default=False, description="Suspend the job: workers deleted, launcher suspended.")
     managed_by: str | None = Field(
         default=None,
@@ -109,9 +133,18 @@ class RunPolicy(_Model):
 
 class ReplicaSpec(_Model):
     # Bounded so that no user number can make a reconcile (or a worker name) grow without limit.
-    replicas: int | None = Field(default=None, ge=0, le=MAX_REPLICAS)
+    replicas: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_REPLICAS,
+        description="Launcher: 1. Worker: how many workers (>= 1, or within elasticPolicy).",
+    )
     template: dict[str, Any] = Field(default_factory=dict)
-    restart_policy: RestartPolicy | None = Field(default=None, alias="restartPolicy")
+    restart_policy: RestartPolicy | None = Field(
+        default=None,
+        alias="restartPolicy",
+        description="Pod restart policy: Launcher defaults to OnFailure, Worker to Never.",
+    )
 
 
 # A pod name of this namespace (DNS-1123 label): refused at admission otherwise, so a junk list costs nothing.
@@ -166,15 +199,36 @@ class ElasticPolicy(_Model):
 
 
 class MPIJobSpec(_Model):
-    slots_per_worker: int = Field(default=1, alias="slotsPerWorker", ge=0)
-    run_launcher_as_worker: bool = Field(default=False, alias="runLauncherAsWorker")
-    run_policy: RunPolicy = Field(default_factory=RunPolicy, alias="runPolicy")
-    mpi_replica_specs: dict[ReplicaType, ReplicaSpec] = Field(alias="mpiReplicaSpecs")
-    ssh_auth_mount_path: str = Field(default="/root/.ssh", alias="sshAuthMountPath", min_length=1)
-    launcher_creation_policy: LauncherCreationPolicy = Field(
-        default=LauncherCreationPolicy.AT_STARTUP, alias="launcherCreationPolicy"
+    slots_per_worker: int = Field(
+        default=1, alias="slotsPerWorker", ge=0, description="MPI slots per worker, in the hostfile and discovery."
     )
-    mpi_implementation: MPIImplementation = Field(default=MPIImplementation.OPENMPI, alias="mpiImplementation")
+    run_launcher_as_worker: bool = Field(
+        default=False,
+        alias="runLauncherAsWorker",
+        description="Also list the launcher in the hostfile, so it runs ranks too.",
+    )
+    run_policy: RunPolicy = Field(
+        default_factory=RunPolicy, alias="runPolicy", description="Lifecycle: cleanup, TTL, deadline, suspend."
+    )
+    mpi_replica_specs: dict[ReplicaType, ReplicaSpec] = Field(
+        alias="mpiReplicaSpecs", description="Launcher (required, 1 replica) and Worker pod specs."
+    )
+    ssh_auth_mount_path: str = Field(
+        default="/root/.ssh",
+        alias="sshAuthMountPath",
+        min_length=1,
+        description="Where the generated SSH key pair is mounted in every pod.",
+    )
+    launcher_creation_policy: LauncherCreationPolicy = Field(
+        default=LauncherCreationPolicy.AT_STARTUP,
+        alias="launcherCreationPolicy",
+        description="AtStartup, or WaitForWorkersReady (the launcher is created once every worker is Ready).",
+    )
+    mpi_implementation: MPIImplementation = Field(
+        default=MPIImplementation.OPENMPI,
+        alias="mpiImplementation",
+        description="OpenMPI, Intel or MPICH: sets the hostfile format and the launcher's environment.",
+    )
     elastic_policy: ElasticPolicy | None = Field(default=None, alias="elasticPolicy")
 
     @property
@@ -240,4 +294,10 @@ class JobStatus(_Model):
     )
     last_worker_failure_time: str | None = Field(
         default=None, alias="lastWorkerFailureTime", description="When a worker last failed."
+    )
+    ssh_secret_uid: str | None = Field(
+        default=None,
+        alias="sshSecretUID",
+        description="uid of the SSH Secret the operator created for this job; empty while a Secret of that "
+        "name that the operator did not create blocks the job.",
     )

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
+import time
 from typing import Any
 
+import yaml
+
 from mpijob.api import constants as c
-from mpijob.cli.kube import client, default_namespace, job_path, worker_pods
+from mpijob.cli.kube import client, job_path, resolve_namespace, run_command, worker_pods
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import object_path
 from mpijob.planner.discovery import listed_lines
@@ -17,9 +21,23 @@ from mpijob.planner.snapshot import controller_uid
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
+    """kubectl's habits: -n (else the context's namespace), --context, --kubeconfig, -o."""
     parser.add_argument("job")
-    parser.add_argument("-n", "--namespace", default=None)
+    parser.add_argument("-n", "--namespace", default=None, help="default: the namespace of the current context")
     parser.add_argument("--kubeconfig", default=None)
+    parser.add_argument("--context", default=None, help="kubeconfig context to use")
+    parser.add_argument("-o", "--output", choices=("json", "yaml", "wide"), default=None)
+
+
+def _ns(args: argparse.Namespace) -> str:
+    return resolve_namespace(args.kubeconfig, args.context, args.namespace)
+
+
+def _dump(obj: Any, output: str) -> None:
+    if output == "json":
+        print(json.dumps(obj, indent=2))
+    else:
+        print(yaml.safe_dump(obj, sort_keys=False), end="")
 
 
 def register(subparsers: Any) -> None:
@@ -29,16 +47,18 @@ def register(subparsers: Any) -> None:
     group.add_argument("--workers", help="comma-separated worker pod names")
     group.add_argument("--node", help="remove this job's workers on NODE")
     si.add_argument("--replace", action="store_true", help="keep replicas (drain and replace)")
-    si.set_defaults(func=lambda a: asyncio.run(_scale_in(a)))
+    si.add_argument("--wait", action="store_true", help="show progress until the removed workers are gone")
+    si.add_argument("--timeout", type=float, default=600.0, help="with --wait: give up after this many seconds")
+    si.set_defaults(func=lambda a: run_command(_scale_in(a)))
 
     sc = subparsers.add_parser("scale", help="set Worker replicas through the scale subresource")
     _common(sc)
     sc.add_argument("--replicas", type=int, required=True)
-    sc.set_defaults(func=lambda a: asyncio.run(_scale(a)))
+    sc.set_defaults(func=lambda a: run_command(_scale(a)))
 
     stt = subparsers.add_parser("status", help="workers (index, node, phase, leaving) and the discovery list")
     _common(stt)
-    stt.set_defaults(func=lambda a: asyncio.run(_status(a)))
+    stt.set_defaults(func=lambda a: run_command(_status(a)))
 
 
 async def scale_in(
@@ -112,22 +132,62 @@ async def scale_in(
 
 async def _scale_in(args: argparse.Namespace) -> int:
     workers = [w.strip() for w in args.workers.split(",") if w.strip()] if args.workers else None
-    ns = default_namespace(args.namespace)
-    async with client(args.kubeconfig) as kube:
+    ns = _ns(args)
+    async with client(args.kubeconfig, args.context) as kube:
         old, new, added = await scale_in(kube, ns, args.job, workers, args.node, args.replace)
-    print(f"mpijob {ns}/{args.job}: workersToDelete += {', '.join(added) or '(none)'}; replicas {old} -> {new}")
+        if args.output in ("json", "yaml"):
+            _dump(
+                {"namespace": ns, "job": args.job, "replicas": {"old": old, "new": new}, "workersToDelete": added},
+                args.output,
+            )
+        else:
+            print(f"mpijob {ns}/{args.job}: workersToDelete += {', '.join(added) or '(none)'}; replicas {old} -> {new}")
+        if args.wait:
+            return await wait_gone(kube, ns, args.job, added, args.timeout)
     return 0
 
 
-async def _scale(args: argparse.Namespace) -> int:
-    ns = default_namespace(args.namespace)
-    async with client(args.kubeconfig) as kube:
-        try:
-            await kube.merge_patch(job_path(ns, args.job, "scale"), {"spec": {"replicas": args.replicas}})
-        except ApiError as err:
-            print(f"error: {err}", file=sys.stderr)
+async def wait_gone(kube: Client, namespace: str, job: str, victims: list[str], within: float) -> int:
+    """Prints each victim's progress (serving -> leaving -> terminating -> gone) until all are gone."""
+    started = time.monotonic()
+    last: dict[str, str] = {}
+    while True:
+        pods = {p["metadata"]["name"]: p for p in await worker_pods(kube, namespace, job)}
+        for name in victims:
+            pod = pods.get(name)
+            if pod is None:
+                state = "gone"
+            elif pod["metadata"].get("deletionTimestamp"):
+                state = "terminating"
+            elif c.ANNOTATION_LEAVING_SINCE in (pod["metadata"].get("annotations") or {}):
+                since = pod["metadata"]["annotations"][c.ANNOTATION_LEAVING_SINCE]
+                state = f"left discovery at {since}; pod deleted after the grace period"
+            else:
+                state = "still serving"
+            if last.get(name) != state:
+                print(f"[{time.monotonic() - started:6.1f}s] {name}: {state}", flush=True)
+                last[name] = state
+        if all(v == "gone" for v in last.values()):
+            print(f"all {len(victims)} workers gone")
+            return 0
+        if time.monotonic() - started > within:
+            left = ", ".join(n for n, v in last.items() if v != "gone")
+            print(
+                f"error: timed out after {within:.0f}s; still there: {left}",
+                file=sys.stderr,
+            )
             return 1
-    print(f"mpijob {ns}/{args.job} scaled to {args.replicas} workers")
+        await asyncio.sleep(0.5)
+
+
+async def _scale(args: argparse.Namespace) -> int:
+    ns = _ns(args)
+    async with client(args.kubeconfig, args.context) as kube:
+        result = await kube.merge_patch(job_path(ns, args.job, "scale"), {"spec": {"replicas": args.replicas}})
+    if args.output in ("json", "yaml"):
+        _dump(result, args.output)
+    else:
+        print(f"mpijob {ns}/{args.job} scaled to {args.replicas} workers")
     return 0
 
 
@@ -136,30 +196,45 @@ def discovery_from_config_map(config_map: dict[str, Any]) -> list[tuple[str, int
     return parse_discovery_output("\n".join(listed_lines(config_map.get("data") or {})))
 
 
-def pod_table(pods: list[dict[str, Any]], job: str) -> str:
-    rows = [("NAME", "INDEX", "STATUS", "NODE", "LEAVING")]
+def worker_rows(pods: list[dict[str, Any]], job: str) -> list[dict[str, Any]]:
+    rows = []
     for pod in pods:
         meta = pod["metadata"]
         status = pod.get("status") or {}
-        phase = "Terminating" if meta.get("deletionTimestamp") else str(status.get("phase") or "Pending")
-        leaving = (meta.get("annotations") or {}).get(c.ANNOTATION_LEAVING_SINCE)
-        index = c.worker_index(job, meta["name"])
+        annotations = meta.get("annotations") or {}
         rows.append(
-            (
-                meta["name"],
-                "-" if index is None else str(index),
-                phase,
-                str((pod.get("spec") or {}).get("nodeName") or "<none>"),
-                f"since {leaving}" if leaving else "no",
-            )
+            {
+                "name": meta["name"],
+                "index": c.worker_index(job, meta["name"]),
+                "phase": "Terminating" if meta.get("deletionTimestamp") else str(status.get("phase") or "Pending"),
+                "node": (pod.get("spec") or {}).get("nodeName"),
+                "leavingSince": annotations.get(c.ANNOTATION_LEAVING_SINCE),
+                "leavingReason": annotations.get(c.ANNOTATION_LEAVING_REASON),
+                "podIP": status.get("podIP"),
+                "uid": meta.get("uid"),
+            }
         )
+    return rows
+
+
+def pod_table(pods: list[dict[str, Any]], job: str, wide: bool = False) -> str:
+    rows = [("NAME", "INDEX", "STATUS", "NODE", "LEAVING") + (("REASON", "IP") if wide else ())]
+    for w in worker_rows(pods, job):
+        row = (
+            w["name"],
+            "-" if w["index"] is None else str(w["index"]),
+            w["phase"],
+            str(w["node"] or "<none>"),
+            f"since {w['leavingSince']}" if w["leavingSince"] else "no",
+        )
+        rows.append(row + ((str(w["leavingReason"] or "-"), str(w["podIP"] or "<none>")) if wide else ()))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
 async def _status(args: argparse.Namespace) -> int:
-    ns = default_namespace(args.namespace)
-    async with client(args.kubeconfig) as kube:
+    ns = _ns(args)
+    async with client(args.kubeconfig, args.context) as kube:
         obj = await kube.get(job_path(ns, args.job))
         pods = await worker_pods(kube, ns, args.job)
         try:
@@ -170,13 +245,26 @@ async def _status(args: argparse.Namespace) -> int:
     spec = obj["spec"]
     replicas = spec["mpiReplicaSpecs"].get("Worker", {}).get("replicas")
     elastic = spec.get("elasticPolicy") or {}
+    if args.output in ("json", "yaml"):
+        doc = {
+            "namespace": ns,
+            "name": args.job,
+            "state": status.get("state"),
+            "replicas": replicas,
+            "elasticPolicy": elastic or None,
+            "workers": worker_rows(pods, args.job),
+            "discovery": [f"{h}:{s}" for h, s in discovery_from_config_map(cm)],
+            "conditions": status.get("conditions") or [],
+        }
+        _dump(doc, args.output)
+        return 0
     print(f"MPIJob {ns}/{args.job}: state={status.get('state') or '-'} replicas={replicas}")
     if elastic:
         print(
             f"elastic: min={elastic.get('minReplicas')} max={elastic.get('maxReplicas', '-')} "
             f"workersToDelete={elastic.get('workersToDelete') or []}"
         )
-    print(pod_table(pods, args.job))
+    print(pod_table(pods, args.job, wide=args.output == "wide"))
     print("discovery (discover_hosts.sh):")
     for host, slots in discovery_from_config_map(cm):
         print(f"  {host}:{slots}")

@@ -10,6 +10,8 @@ from typing import Any
 
 from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
 from mpijob.api.crd import crd, crd_yaml
+from mpijob.api.models import MANAGED_BY_US
+from mpijob.api.reference import api_reference
 from mpijob.cli.kube import client as cli_client
 from mpijob.executor.client import ApiError
 from mpijob.runtime.operator import OperatorOptions
@@ -65,6 +67,26 @@ def register(subparsers: Any) -> None:
     )
     op.add_argument("--health-port", type=int, default=0, help="serve /healthz on this port (0: off)")
     op.add_argument(
+        "--metrics-port",
+        "--monitoring-port",  # the reference operator's name for it
+        dest="metrics_port",
+        type=int,
+        default=int(os.environ.get("MPIJOB_METRICS_PORT", "0")),
+        help="serve Prometheus /metrics on this port (0: off)",
+    )
+    op.add_argument(
+        "--controller-name",
+        default=os.environ.get("MPIJOB_CONTROLLER_NAME", MANAGED_BY_US),
+        help="the spec.runPolicy.managedBy value of jobs this operator runs (default: the reference operator's)",
+    )
+    op.add_argument(
+        "--ignore-unmanaged",
+        action="store_true",
+        default=os.environ.get("MPIJOB_IGNORE_UNMANAGED", "") == "1",
+        help="leave jobs without spec.runPolicy.managedBy to another operator (running beside the reference one)",
+    )
+    op.add_argument("--metrics-bind-address", default=os.environ.get("MPIJOB_METRICS_BIND_ADDRESS", "0.0.0.0"))
+    op.add_argument(
         "--resync-period",
         type=float,
         default=float(os.environ.get("MPIJOB_RESYNC_PERIOD", "300")),
@@ -78,6 +100,9 @@ def register(subparsers: Any) -> None:
 
     gen = subparsers.add_parser("crd", help="print the generated CRD YAML")
     gen.set_defaults(func=lambda args: (sys.stdout.write(crd_yaml()), 0)[1])
+
+    ref = subparsers.add_parser("api-reference", help="print the API reference (Markdown) generated from the models")
+    ref.set_defaults(func=lambda args: (sys.stdout.write(api_reference()), 0)[1])
 
 
 def _operator(args: argparse.Namespace) -> int:
@@ -97,6 +122,10 @@ def _operator(args: argparse.Namespace) -> int:
             leader_elect=args.leader_elect,
             lock_namespace=args.lock_namespace,
             health_port=args.health_port,
+            metrics_port=args.metrics_port,
+            metrics_address=args.metrics_bind_address,
+            controller_name=args.controller_name,
+            claim_unmanaged=not args.ignore_unmanaged,
             gang_scheduler=args.gang_scheduling.strip(),
             resync_period=args.resync_period,
         )

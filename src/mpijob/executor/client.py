@@ -2,7 +2,8 @@
 
 kubernetes_asyncio does the connection, TLS and authentication (kubeconfig or in-cluster); we call its
 generic `call_api` so one code path serves every kind and the content type of a patch is explicit.
-A token bucket keeps the operator within its QPS and burst budget on the API server.
+Token buckets keep the operator within its QPS and burst budget on the API server (one for MPIJobs, one
+for the rest, like the reference operator's two clients).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -82,14 +84,25 @@ class Client:
     def __init__(self, api: ApiClient, qps: float = 50.0, burst: int = 100, timeout: float = 60.0) -> None:
         self.api = api
         self.timeout = timeout
+        # One budget for MPIJobs and one for everything else, as the reference operator has one client
+        # (with its own limiter) per API group set: `--kube-api-qps 50` means the same on both operators.
         self.bucket = TokenBucket(qps, burst)
+        self.mpijob_bucket = TokenBucket(qps, burst)
         self.requests = 0
+        # Called with (method, path, HTTP status) after every response: the operator's metrics.
+        self.on_response: Callable[[str, str, int], None] | None = None
         self.clock = ServerClock()
 
     async def request(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json", query: Any = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        query: Any = None,
     ) -> Any:
-        await self.bucket.take()
+        bucket = self.mpijob_bucket if path.startswith("/apis/kubeflow.org/") else self.bucket
+        await bucket.take()
         self.requests += 1
         try:
             response = await self.api.call_api(
@@ -104,12 +117,16 @@ class Client:
                 _request_timeout=self.timeout,
             )
         except ApiException as err:
+            if self.on_response is not None:
+                self.on_response(method, path, int(err.status or 0))
             raise ApiError(int(err.status or 0), str(err.reason), str(err.body or "")) from None
         raw = response[0] if isinstance(response, tuple) else response
         headers = getattr(raw, "headers", None)
         self.clock.observe(headers.get("Date") if headers is not None else None)
         data = await raw.read()
         status = int(getattr(raw, "status", 200))
+        if self.on_response is not None:
+            self.on_response(method, path, status)
         if not 200 <= status < 300:
             reason = str(getattr(raw, "reason", ""))
             raise ApiError(status, reason, data.decode(errors="replace") if isinstance(data, bytes) else str(data))

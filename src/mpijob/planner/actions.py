@@ -15,6 +15,10 @@ class Create:
     # A Secret whose SSH key pair the executor generates (key generation is I/O-free but random, and the
     # planner stays deterministic).
     generate_ssh_keys: bool = False
+    # AlreadyExists is a conflict, not a no-op: the executor stops the batch there and reports the outcome
+    # (the created object's uid, or None for AlreadyExists) in `Outcome.created`, for the next plan. Used
+    # for the SSH Secret, which the operator cannot read back (no get/list/watch of Secrets).
+    exclusive: bool = False
 
 
 @dataclass(frozen=True)

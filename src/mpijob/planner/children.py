@@ -90,17 +90,22 @@ def pdb(job: Obj, min_available: int) -> Obj:
     }
 
 
+# The private key is 0600 at any mount path (issue 8, rule 12); public keys are world-readable. A non-root
+# container user reads the root-owned key through the pod's fsGroup (docs/security.md).
+PRIVATE_KEY_MODE = 0o600
+PUBLIC_KEY_MODE = 0o644
+
+
 def _ssh_volume(job_name: str, mount_path: str) -> tuple[Obj, Obj]:
-    mode = 0o600 if mount_path == "/root/.ssh" else 0o644
     volume = {
         "name": "ssh-auth",
         "secret": {
             "secretName": c.secret_name(job_name),
-            "defaultMode": mode,
+            "defaultMode": PRIVATE_KEY_MODE,
             "items": [
-                {"key": "ssh-privatekey", "path": "id_rsa"},
-                {"key": "ssh-publickey", "path": "id_rsa.pub"},
-                {"key": "ssh-publickey", "path": "authorized_keys"},
+                {"key": "ssh-privatekey", "path": "id_rsa", "mode": PRIVATE_KEY_MODE},
+                {"key": "ssh-publickey", "path": "id_rsa.pub", "mode": PUBLIC_KEY_MODE},
+                {"key": "ssh-publickey", "path": "authorized_keys", "mode": PUBLIC_KEY_MODE},
             ],
         },
     }

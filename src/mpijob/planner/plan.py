@@ -17,7 +17,6 @@ from mpijob.api import constants as c
 from mpijob.api import rules
 from mpijob.api.models import (
     API_VERSION,
-    MANAGED_BY_US,
     CleanPodPolicy,
     HostDiscovery,
     LauncherCreationPolicy,
@@ -74,6 +73,13 @@ BACKOFF_AFTER = 3
 BACKOFF_BASE_SECONDS = 10.0
 BACKOFF_MAX_SECONDS = 300.0
 BACKOFF_RESET_SECONDS = 600.0
+# A worker whose node turns out to be terminating within this long of its creation "landed on a terminating
+# node" (a replacement the scheduler put on a node about to go): it counts toward the backoff like a
+# failure. Workers that served longer and lose their node (an ordinary spot reclaim) do not.
+LANDED_WITHIN_SECONDS = 120.0
+# While a Secret named like the job's SSH Secret that the operator did not create blocks the job, the create
+# is retried this often (the operator does not watch Secrets, so it is not told when the name frees up).
+SECRET_RETRY_SECONDS = 60.0
 SLOW_START_CREATES = 16
 MAX_CREATES_PER_RECONCILE = 500
 
@@ -106,6 +112,9 @@ class _Planner:
         self.launcher_pods = snapshot.launcher_pods if launcher is not None and is_owned_by(launcher, self.job) else ()
         self.last: list[Action] = []
         self.workers = workers_of(snapshot)
+        # The SSH Secret's exclusive create, issued just before the status write (see ensure_secret).
+        self.secret_create: list[Action] = []
+        self.secret_conflict = False
 
     # -- helpers -----------------------------------------------------------------------------------
     def emit(self, type_: str, reason: str, message: str) -> None:
@@ -136,11 +145,14 @@ class _Planner:
         return False
 
     def replacement_backoff(self, wp: WorkerPlan) -> None:
-        """No churn: workers that keep failing are replaced with a per-job exponential backoff. The first
+        """No churn: workers that keep failing (or keep landing on a terminating node) are replaced with a
+        per-job exponential backoff. The first
         BACKOFF_AFTER - 1 failures are replaced at once; then each new failure waits 10 s, 20 s, ... up to
         5 min after the last failure. The count is forgotten after 10 quiet minutes. Both live in the status,
         so a restart does not reset them."""
-        failed_now = sum(1 for leave in wp.to_leave if pod_phase(leave.pod) == "Failed")
+        failed_now = sum(1 for leave in wp.to_leave if pod_phase(leave.pod) == "Failed") + sum(
+            1 for s in wp.signals if self.landed_on_terminating_node(s.pod)
+        )
         raw = self.status.get("recentWorkerFailures")
         count = raw if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= 10**6 else 0
         last = parse_time(self.status.get("lastWorkerFailureTime"))
@@ -163,16 +175,20 @@ class _Planner:
             wp.to_create = []
             self.wake.append(left)
 
+    def landed_on_terminating_node(self, pod: Obj) -> bool:
+        born = parse_time(meta(pod).get("creationTimestamp"))
+        return born is not None and 0 <= (self.s.now - born).total_seconds() <= LANDED_WITHIN_SECONDS
+
     def foreign_children(self) -> list[str]:
         """Objects with the names of this job's Service, ConfigMap, Secret or launcher Job that it does not
         own. While any exists, no worker or launcher is created."""
         named = (
             ("Service", self.s.service),
             ("ConfigMap", self.s.config_map),
-            ("Secret", self.s.secret),
             ("Job", self.s.launcher),
         )
-        return [kind for kind, obj in named if obj is not None and not is_owned_by(obj, self.job)]
+        foreign = [kind for kind, obj in named if obj is not None and not is_owned_by(obj, self.job)]
+        return [*foreign, "Secret"] if self.secret_conflict else foreign
 
     def last_worker_index(self) -> int:
         """status.lastWorkerIndex, read strictly: anything but an integer in [0, MAX_WORKER_INDEX] (a status
@@ -212,6 +228,9 @@ class _Planner:
             self.finished()
         else:
             self.active()
+        # The Secret's create goes right before the status write: if it fails (AlreadyExists), the executor
+        # stops there, so a status with conditions always follows a create that succeeded (see ensure_secret).
+        self.actions += self.secret_create
         self.write_status()
         self.actions += self.last
         if self.wake:
@@ -492,9 +511,39 @@ class _Planner:
         return True, account
 
     def ensure_secret(self) -> None:
+        """The SSH Secret, without reading Secrets (issue 8, rule 12: no get/list/watch of Secrets): the
+        operator creates it and treats AlreadyExists as someone else's Secret (fail closed: pods would
+        mount a key pair another party knows). Which Secret is ours follows from the status:
+        - `sshSecretUID` set: the uid of the one we created;
+        - no `sshSecretUID` and no conditions: a new job: create it (exclusive);
+        - no `sshSecretUID` but conditions: the status write that follows a successful create (it comes
+          right after it in the same batch) ran but the uid was not recorded yet (a restart), or an operator
+          version that did not record it created the Secret: ours, unless that version reported it foreign;
+        - `sshSecretUID` empty: a create found the name taken; retried every SECRET_RETRY_SECONDS.
+        The only ambiguous case is a crash between a successful create and the status write right after it:
+        the next create then finds the name taken, and the job reports ResourceConflict (fail closed)."""
         name = c.secret_name(self.name)
-        if self.owned_or_conflict(self.s.secret, "Secret", name) is None:
-            self.create(children.ssh_secret(self.job), ssh=True)
+        recorded = self.old_status.get("sshSecretUID")
+        if isinstance(recorded, str) and recorded:
+            return
+        if ("Secret", name) in self.s.created:
+            uid = self.s.created[("Secret", name)]
+            self.status["sshSecretUID"] = uid or ""
+            if not uid:
+                self.secret_conflict = True
+                self.conflicts.append(f"Secret {name}")
+                self.wake.append(SECRET_RETRY_SECONDS)
+            return
+        earlier = recorded is None and self.old_status.get("conditions")
+        if earlier and not _reported_foreign_secret(self.old_status, name):
+            return
+        # The status write right after the create then says "created" (no sshSecretUID, with conditions),
+        # also when retrying after a conflict ("" would otherwise survive a restart before the uid is recorded).
+        self.status.pop("sshSecretUID", None)
+        self.secret_create = [
+            Create(children.ssh_secret(self.job), generate_ssh_keys=True, exclusive=True),
+            Emit("Normal", "SuccessfulCreateSecret", f"Created Secret {name}"),
+        ]
 
     def ensure_pdb(self) -> None:
         ep = self.spec.elastic_policy
@@ -769,6 +818,12 @@ class _Planner:
             self.actions.extend(self.status_events)
 
 
+def _reported_foreign_secret(status: dict[str, Any], secret: str) -> bool:
+    """An operator version that watched Secrets said this job's Secret name was taken by someone else."""
+    cond = st.get_condition(status, st.RESOURCE_CONFLICT) or {}
+    return cond.get("status") == "True" and f"Secret {secret}" in str(cond.get("message") or "")
+
+
 def _status_patch(job: Obj, old: dict[str, Any], new: dict[str, Any], now: str) -> Patch | None:
     """The status write, only when the status changed (a steady job writes nothing), optimistic on the
     job's resourceVersion. Sets `state` (and `lastReconcileTime` when writing) on `new`."""
@@ -809,7 +864,7 @@ def plan(snapshot: Snapshot) -> list[Action]:
     if is_terminating(job):
         return []
     managed_by = ((job.get("spec") or {}).get("runPolicy") or {}).get("managedBy")
-    if managed_by not in (None, "", MANAGED_BY_US):
+    if not snapshot.config.manages(managed_by):
         return []
     spec, errors = validate(job)
     if spec is None or errors:

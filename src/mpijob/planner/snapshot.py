@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
+from mpijob.api.models import MANAGED_BY_US
 from mpijob.planner.status import get_condition, is_true
 
 Obj = dict[str, Any]
@@ -32,6 +33,14 @@ class OperatorConfig:
     # Gang scheduler (the --gang-scheduling flag): "" off, "volcano", or the schedulerName of a
     # scheduler-plugins scheduler running coscheduling. See planner/podgroups.py.
     gang_scheduler: str = ""
+    # The `spec.runPolicy.managedBy` value that names this operator, and whether jobs without one are ours.
+    # Defaults are the reference operator's, so manifests move unchanged; to run beside the reference
+    # operator, pick another name and stop claiming unset jobs (docs/migration.md).
+    controller_name: str = MANAGED_BY_US
+    claim_unmanaged: bool = True
+
+    def manages(self, managed_by: str | None) -> bool:
+        return managed_by == self.controller_name if managed_by else self.claim_unmanaged
 
 
 @dataclass(frozen=True)
@@ -47,7 +56,6 @@ class Snapshot:
     launcher_pods: Sequence[Obj] = ()
     service: Obj | None = None
     config_map: Obj | None = None
-    secret: Obj | None = None
     pdb: Obj | None = None
     # The launcher's discovery access, named <job>-launcher (owned or not).
     service_account: Obj | None = None
@@ -61,6 +69,10 @@ class Snapshot:
     # Live reads of objects missing from the cache, by (kind, name): True = the API server said 404 (really
     # gone), False = it exists (the cache is behind). Absence from the cache alone decides nothing.
     absence_checks: Mapping[tuple[str, str], bool] = field(default_factory=dict)
+
+    # Exclusive creates of this job (the SSH Secret) the operator made, by (kind, name): the uid it created,
+    # or None when the name was taken (AlreadyExists). The operator does not watch Secrets (issue 8, rule 12).
+    created: Mapping[tuple[str, str], str | None] = field(default_factory=dict)
 
     def confirmed_absent(self, kind: str, name: str) -> bool:
         return self.absence_checks.get((kind, name)) is True

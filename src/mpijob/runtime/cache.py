@@ -26,6 +26,13 @@ def _one(index: Any, key: Any) -> Any:
     return next(iter(store))
 
 
+def _controller_uid(obj: Obj) -> str | None:
+    for ref in obj["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
 class _NamespacePods(Mapping[str, Obj]):
     """Pods of one namespace by name, looked up in the index on demand (no copy)."""
 
@@ -69,12 +76,9 @@ class Cache:
     INDEXES = (
         "mpijobs",
         "pods",
-        "pods_by_owner",
-        "pods_by_node",
         "jobs",
         "services",
         "configmaps",
-        "secrets",
         "pdbs",
         "serviceaccounts",
         "roles",
@@ -86,6 +90,14 @@ class Cache:
         self.indexes: dict[str, Any] = {}
         # Optional indexes (e.g. "podgroups", only with --gang-scheduling: their CRD may not exist).
         self.required = self.INDEXES + extra
+        # Secondary pod maps, kept by us rather than as two more kopf indexes: kopf invokes every indexer
+        # through its handler machinery on every pod event, which cost more than the maps themselves.
+        # Filled from the pods indexer (so complete before any handler runs, like a kopf index); entries
+        # of deleted pods are dropped by the pod event handler. A stale entry is harmless: every lookup
+        # goes through the pods index, which kopf updates first.
+        self._pod_refs: dict[Key, tuple[str, str | None, str | None, Key | None]] = {}
+        self._by_owner: dict[str, set[Key]] = {}
+        self._by_node: dict[str, dict[Key, Key]] = {}
 
     @property
     def ready(self) -> bool:
@@ -113,15 +125,47 @@ class Cache:
     def mpijob_keys(self) -> list[Key]:
         return list(self.indexes.get("mpijobs") or {})
 
+    def pod_seen(self, key: Key, uid: str, owner: str | None, node: str | None, job: Key | None) -> None:
+        """A pod as the pods indexer saw it: its controller's uid, node and job (None when absent)."""
+        entry = (uid, owner, node, job)
+        old = self._pod_refs.get(key)
+        if old == entry:
+            return
+        if old is not None:
+            self._unlink(key, old)
+        self._pod_refs[key] = entry
+        if owner is not None:
+            self._by_owner.setdefault(owner, set()).add(key)
+        if node is not None and job is not None:
+            self._by_node.setdefault(node, {})[key] = job
+
+    def pod_gone(self, key: Key, uid: str) -> None:
+        old = self._pod_refs.get(key)
+        if old is not None and old[0] == uid:  # not a newer pod of the same name
+            del self._pod_refs[key]
+            self._unlink(key, old)
+
+    def _unlink(self, key: Key, entry: tuple[str, str | None, str | None, Key | None]) -> None:
+        _, owner, node, _ = entry
+        if owner is not None and owner in self._by_owner:
+            self._by_owner[owner].discard(key)
+            if not self._by_owner[owner]:
+                del self._by_owner[owner]
+        if node is not None and node in self._by_node:
+            self._by_node[node].pop(key, None)
+            if not self._by_node[node]:
+                del self._by_node[node]
+
     def _owned_pods(self, uid: str, namespace: str) -> list[Obj]:
         # Namespaces are walls: an owner reference is namespace-local, so a pod of another namespace that
         # names this uid (copied by hand) is not this job's.
-        keys = [k for k in self.indexes["pods_by_owner"].get(uid) or () if k[0] == namespace]
+        keys = [k for k in self._by_owner.get(uid) or () if k[0] == namespace]
         pods = (_one(self.indexes["pods"], k) for k in keys)
-        return [p for p in pods if p is not None]
+        # Checked against the pods index: an entry outlives its pod until the deletion handler runs.
+        return [p for p in pods if p is not None and _controller_uid(p) == uid]
 
     def jobs_on_node(self, node: str) -> list[Key]:
-        return list(dict.fromkeys(self.indexes["pods_by_node"].get(node) or ()))
+        return list(dict.fromkeys((self._by_node.get(node) or {}).values()))
 
     def snapshot(self, job: Obj, now: datetime, config: OperatorConfig) -> Snapshot:
         meta = job["metadata"]
@@ -137,7 +181,6 @@ class Cache:
             launcher_pods=launcher_pods,
             service=_one(self.indexes["services"], (ns, name)),
             config_map=_one(self.indexes["configmaps"], (ns, c.config_map_name(name))),
-            secret=_one(self.indexes["secrets"], (ns, c.secret_name(name))),
             pdb=_one(self.indexes["pdbs"], (ns, c.pdb_name(name))),
             service_account=_one(self.indexes.get("serviceaccounts"), (ns, c.discovery_rbac_name(name))),
             role=_one(self.indexes.get("roles"), (ns, c.discovery_rbac_name(name))),

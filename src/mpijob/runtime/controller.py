@@ -73,8 +73,17 @@ def _rv(obj: Any) -> int:
         return 0
 
 
+def _fingerprint(view: dict[str, Any]) -> int:
+    """A small stand-in for what the planner reads of an object, resourceVersion aside (it changes on every
+    write, relevant or not). A hash, not a copy: one int per pod and node, whatever the object's size."""
+    meta = {k: v for k, v in (view.get("metadata") or {}).items() if k != "resourceVersion"}
+    return hash(repr({**view, "metadata": meta}))
+
+
 @dataclass
 class Stats:
+    events: int = 0
+    events_ignored: int = 0
     reconciles: int = 0
     writes: int = 0
     errors: int = 0
@@ -109,18 +118,36 @@ class Controller:
         # is on its way and will enqueue the job again), so planning on it would only cause a 409.
         self.written: dict[Key, int] = {}
         self.expected_pods: dict[Key, tuple[set[str], float]] = {}
+        # uids of the SSH Secrets we created, until the job's status records them (Secrets are not watched,
+        # so this is how a reconcile after a 409 on the status write still knows the Secret is ours).
+        self.created: dict[Key, dict[tuple[str, str], str | None]] = {}
         self.written_config_maps: dict[Key, int] = {}
         self.leading = asyncio.Event()
         # Leadership fences every write, not only each dequeued key (issue 8, rule 11).
         executor.fence = self.leading.is_set
+        # Per handler: (namespace, name) -> fingerprint of what the planner last saw of the object.
+        self.fingerprints: dict[str, dict[tuple[Any, Any], int]] = {}
+
+    def stats_line(self) -> str:
+        s = self.stats
+        requests = getattr(self.executor.client, "requests", 0)
+        return (
+            f"reconciles={s.reconciles} writes={s.writes} errors={s.errors} conflicts={s.conflicts} "
+            f"requests={requests} reconcile_seconds={s.reconcile_seconds:.3f}"
+        )
 
     # -- watch side --------------------------------------------------------------------------------
     def register(self, registry: kopf.OperatorRegistry) -> None:
         cache = self.cache
 
+        # Every indexer and handler is a coroutine: kopf runs plain functions in a thread pool, and the
+        # hand-off (submit, future, wake-up) cost more than the functions themselves (docs/design.md).
         def index(*resource: str, fn: Callable[..., Any], name: str) -> None:
-            fn.__name__ = name
-            kopf.index(*resource, id=name, registry=registry)(fn)
+            async def indexer(**kwargs: Any) -> Any:
+                return fn(**kwargs)
+
+            indexer.__name__ = name
+            kopf.index(*resource, id=name, registry=registry)(indexer)
 
         index(
             GROUP,
@@ -129,18 +156,20 @@ class Controller:
             name="mpijobs",
             fn=lambda namespace, name, body, **_: {(namespace, name): slim.mpijob(body)},
         )
-        index("v1", "pods", name="pods", fn=lambda namespace, name, body, **_: {(namespace, name): slim.pod(body)})
 
-        def pods_by_owner(namespace: str, name: str, meta: Any, **_: Any) -> Any:
+        def pods(namespace: str, name: str, body: Any, meta: Any, spec: Any, labels: Any, **_: Any) -> Any:
             ref = _controller_ref(meta)
-            return {ref["uid"]: (namespace, name)} if ref else None
+            job = (labels or {}).get(c.LABEL_JOB_NAME)
+            cache.pod_seen(
+                (namespace, name),
+                str(meta.get("uid")),
+                str(ref["uid"]) if ref else None,
+                spec.get("nodeName") or None,
+                (namespace, str(job)) if job else None,
+            )
+            return {(namespace, name): slim.pod(body)}
 
-        def pods_by_node(namespace: str, spec: Any, labels: Any, **_: Any) -> Any:
-            node, job = spec.get("nodeName"), (labels or {}).get(c.LABEL_JOB_NAME)
-            return {node: (namespace, job)} if node and job else None
-
-        index("v1", "pods", name="pods_by_owner", fn=pods_by_owner)
-        index("v1", "pods", name="pods_by_node", fn=pods_by_node)
+        index("v1", "pods", name="pods", fn=pods)
         index(
             "batch",
             "v1",
@@ -151,7 +180,6 @@ class Controller:
         for resource, idx, kind in (
             (("v1", "services"), "services", "Service"),
             (("v1", "configmaps"), "configmaps", "ConfigMap"),
-            (("v1", "secrets"), "secrets", "Secret"),
             (("policy", "v1", "poddisruptionbudgets"), "pdbs", "PodDisruptionBudget"),
             (("v1", "serviceaccounts"), "serviceaccounts", "ServiceAccount"),
             (("rbac.authorization.k8s.io", "v1", "roles"), "roles", "Role"),
@@ -164,11 +192,34 @@ class Controller:
             )
         index("v1", "nodes", name="nodes", fn=lambda name, body, **_: {name: slim.node(body)})
 
-        def on_event(resource: tuple[str, ...], mapper: Callable[..., list[Key]], hid: str) -> None:
-            def handler(**kwargs: Any) -> None:
+        def on_event(
+            resource: tuple[str, ...],
+            mapper: Callable[..., list[Key]],
+            hid: str,
+            view: Callable[[Any], Any] | None = None,
+        ) -> None:
+            """`view`, when given, is what the planner reads of the object: an event that leaves it as it
+            was (a node heartbeat, a pod status write that changes nothing we read) enqueues nothing."""
+            seen = self.fingerprints.setdefault(hid, {})
+
+            async def handler(**kwargs: Any) -> None:
                 cache.capture(kwargs)
                 if cache.ready and not self.warm.is_set():
                     self.warm.set()
+                self.stats.events += 1
+                if view is not None:
+                    meta = kwargs["body"].get("metadata") or {}
+                    ident = (meta.get("namespace"), meta.get("name"))
+                    if kwargs.get("type") == "DELETED":
+                        seen.pop(ident, None)
+                        if hid == "pod_events":
+                            cache.pod_gone((str(ident[0]), str(ident[1])), str(meta.get("uid")))
+                    else:
+                        fingerprint = _fingerprint(view(kwargs["body"]))
+                        if seen.get(ident) == fingerprint:
+                            self.stats.events_ignored += 1
+                            return
+                        seen[ident] = fingerprint
                 for key in mapper(**kwargs):
                     self.queue.add(key)
 
@@ -184,8 +235,9 @@ class Controller:
         def node_keys(name: str, **_: Any) -> list[Key]:
             return cache.jobs_on_node(name) if cache.ready else []
 
+        # Every MPIJob event counts (its resourceVersion is how we know our own writes reached the cache).
         on_event((GROUP, VERSION, PLURAL), job_key, "mpijob_events")
-        on_event(("v1", "pods"), child_keys, "pod_events")
+        on_event(("v1", "pods"), child_keys, "pod_events", view=slim.pod)
         on_event(("batch", "v1", "jobs"), child_keys, "job_events")
 
         def service_keys(namespace: str, name: str, labels: Any, meta: Any, **_: Any) -> list[Key]:
@@ -194,12 +246,11 @@ class Controller:
 
         on_event(("v1", "services"), service_keys, "service_events")
         on_event(("v1", "configmaps"), child_keys, "configmap_events")
-        on_event(("v1", "secrets"), child_keys, "secret_events")
         on_event(("policy", "v1", "poddisruptionbudgets"), child_keys, "pdb_events")
         on_event(("v1", "serviceaccounts"), child_keys, "serviceaccount_events")
         on_event(("rbac.authorization.k8s.io", "v1", "roles"), child_keys, "role_events")
         on_event(("rbac.authorization.k8s.io", "v1", "rolebindings"), child_keys, "rolebinding_events")
-        on_event(("v1", "nodes"), node_keys, "node_events")
+        on_event(("v1", "nodes"), node_keys, "node_events", view=slim.node)
         if self.config.gang_scheduler:
             group, _, version = podgroups.api_version(self.config.gang_scheduler).partition("/")
             index(
@@ -247,6 +298,7 @@ class Controller:
         if job is None:
             self.written.pop(key, None)
             self.expected_pods.pop(key, None)
+            self.created.pop(key, None)
             self.written_config_maps.pop(key, None)
             return None
         if _rv(job) < self.written.get(key, 0):
@@ -295,14 +347,28 @@ class Controller:
         """plan -> apply; a plan that asks for live reads (ConfirmAbsence) gets them and is made again with
         the answers (a few rounds at most; each round asks for a bounded number of reads)."""
         checks: dict[tuple[str, str], bool] = {}
+        meta = job["metadata"]
+        key = (str(meta["namespace"]), str(meta["name"]))
+        recorded = (job.get("status") or {}).get("sshSecretUID")
+        created = {k: v for k, v in self.created.pop(key, {}).items() if v != recorded}
         for _ in range(CONFIRM_ROUNDS):
-            snapshot = replace(self.cache.snapshot(job, self.clock(), self.config), absence_checks=dict(checks))
+            snapshot = replace(
+                self.cache.snapshot(job, self.clock(), self.config), absence_checks=dict(checks), created=dict(created)
+            )
             actions = plan(snapshot)
             outcome = await self.executor.apply(job, actions)
-            if not outcome.absence_checks or outcome.error is not None:
-                return outcome
+            created.update(outcome.created)
+            refused = any(v is None for v in outcome.created.values())
+            if (not outcome.absence_checks and not refused) or outcome.error is not None:
+                break
+            # Asked for live reads, or an exclusive create found the name taken: plan again with the answer
+            # (the second plan reports the conflict in the status).
             self.stats.live_reads += len(outcome.absence_checks)
             checks.update(outcome.absence_checks)
+        # Keep what was created until the status shows it; a refusal is retried on the next reconcile.
+        kept: dict[tuple[str, str], str | None] = {k: v for k, v in created.items() if v is not None}
+        if kept:
+            self.created[key] = kept
         return outcome
 
     async def worker(self) -> None:

@@ -16,17 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import kopf
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
-from mpijob.executor.apply import Executor
+from mpijob.api.models import MANAGED_BY_US
 from mpijob.executor.client import ApiError, Client
 from mpijob.planner import podgroups
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import resync
 from mpijob.runtime.controller import Controller
+from mpijob.runtime.metrics import InstrumentedController, InstrumentedExecutor, Metrics
 
 log = logging.getLogger("mpijob.operator")
 
@@ -47,10 +49,40 @@ class OperatorOptions:
     leader_elect: bool = False
     lock_namespace: str = "mpijob-system"
     health_port: int = 0
+    metrics_port: int = 0  # 0: /metrics not served (metrics are still kept, for tests and benchmarks)
+    metrics_address: str = "0.0.0.0"
+    controller_name: str = MANAGED_BY_US
+    claim_unmanaged: bool = True
     # --gang-scheduling: "" off, "volcano", or the schedulerName of a scheduler-plugins (coscheduling) scheduler.
     gang_scheduler: str = ""
     # Seconds between relists of the cached kinds (jittered); watch gaps close within this.
     resync_period: float = resync.PERIOD
+
+
+class _NoDiffBase(kopf.DiffBaseStorage):
+    """kopf builds a "diff base" (a deep copy of the body, then two more copies) on every watch event, for
+    change-detecting handlers (on.create/update) that this operator does not have: skip that work."""
+
+    def build(self, *, body: Any, extra_fields: Any = None) -> Any:
+        return {}
+
+    def fetch(self, *, body: Any) -> None:
+        return None
+
+    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
+        return None
+
+
+def _no_env_lookups_per_request(api: k8s_client.ApiClient) -> None:
+    """kubernetes_asyncio's aiohttp session trusts the environment, so every request looks up proxy
+    variables and reads ~/.netrc. Read the environment once instead: with no proxy or netrc configured
+    there is nothing to find, and the per-request lookups were a measurable share of the operator's CPU."""
+    names = ("http_proxy", "https_proxy", "all_proxy", "ws_proxy", "wss_proxy", "netrc")
+    if any(os.environ.get(n) or os.environ.get(n.upper()) for n in names) or Path("~/.netrc").expanduser().exists():
+        return
+    session = getattr(getattr(api, "rest_client", None), "pool_manager", None)
+    if session is not None and hasattr(session, "_trust_env"):
+        session._trust_env = False
 
 
 class _JsonFormatter(logging.Formatter):
@@ -86,7 +118,9 @@ async def load_api_client(kubeconfig: str | None) -> k8s_client.ApiClient:
         await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
     else:
         k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    return k8s_client.ApiClient(configuration=cfg)
+    api = k8s_client.ApiClient(configuration=cfg)
+    _no_env_lookups_per_request(api)
+    return api
 
 
 async def _connection_info(api: k8s_client.ApiClient) -> kopf.ConnectionInfo:
@@ -118,26 +152,37 @@ async def run(
     client = Client(api, qps=options.qps, burst=options.burst)
     if options.gang_scheduler:
         await _check_pod_group_crd(client, options.gang_scheduler)
-    executor = Executor(client)
-    controller = Controller(
+    config = OperatorConfig(
+        cluster_domain=options.cluster_domain,
+        termination_taints=options.termination_taints,
+        cordon_is_termination=options.cordon_is_termination,
+        api_discovery=options.api_discovery,
+        gang_scheduler=options.gang_scheduler,
+        controller_name=options.controller_name,
+        claim_unmanaged=options.claim_unmanaged,
+    )
+    metrics = Metrics()
+    client.on_response = metrics.api_response
+    executor = InstrumentedExecutor(client, metrics=metrics, config=config)
+    controller = InstrumentedController(
         executor,
-        OperatorConfig(
-            cluster_domain=options.cluster_domain,
-            termination_taints=options.termination_taints,
-            cordon_is_termination=options.cordon_is_termination,
-            api_discovery=options.api_discovery,
-            gang_scheduler=options.gang_scheduler,
-        ),
+        config,
         workers=options.workers,
         # The API server's clock, so that grace periods mean the same to every leader (issue 8, rule 11).
         clock=client.clock.now,
+        metrics=metrics,
     )
+    executor.cache = controller.cache
+    metrics.attach(controller)
     try:
         await client.get("/version")  # learns the API server's clock before the first plan
     except Exception as err:
         log.warning("could not read the API server's clock yet: %s", err)
     registry = kopf.OperatorRegistry()
     controller.register(registry)
+    metrics.register(registry, config)
+    if options.metrics_port:
+        metrics.serve(options.metrics_port, options.metrics_address)
     if started is not None:
         started(controller)
 
@@ -148,6 +193,7 @@ async def run(
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False  # we post our own Events, on the MPIJob, only for decisions
     settings.watching.server_timeout = 300
+    settings.persistence.diffbase_storage = _NoDiffBase()
     stop = stop or asyncio.Event()
     liveness = f"http://0.0.0.0:{options.health_port}/healthz" if options.health_port else None
     kopf_task = asyncio.create_task(
@@ -221,13 +267,49 @@ async def _resync(controller: Controller, client: Client, options: OperatorOptio
     )
 
 
+# What an unreachable API server raises (kubernetes_asyncio only turns HTTP answers into ApiException).
+_NETWORK_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+def sturdy_lease_lock(name: str, namespace: str, identity: str, api: k8s_client.ApiClient) -> Any:
+    """kubernetes_asyncio's LeaseLock, except that a network error is a failed attempt, as an HTTP error is:
+    the library lets it escape and ends the election, so a kube-apiserver restart stopped every operator
+    (found by the chaos run). Now a follower keeps trying, and a leader loses the Lease only once its renew
+    deadline passes without a renewal, as in client-go."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+    from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
+
+    class SturdyLeaseLock(LeaseLock):
+        async def get(self, name: str, namespace: str) -> Any:
+            try:
+                return await super().get(name, namespace)
+            except _NETWORK_ERRORS as err:
+                log.warning("leader election: API server unreachable: %s", err)
+                failed = ApiException(status=503, reason="unreachable")
+                failed.body = json.dumps({"code": 503}).encode()
+                return False, failed
+
+        async def create(self, name: str, namespace: str, election_record: Any) -> bool:
+            try:
+                return bool(await super().create(name, namespace, election_record))
+            except _NETWORK_ERRORS:
+                return False
+
+        async def update(self, name: str, namespace: str, updated_record: Any) -> bool:
+            try:
+                return bool(await super().update(name, namespace, updated_record))
+            except _NETWORK_ERRORS:
+                return False
+
+    return SturdyLeaseLock(name, namespace, identity, api)
+
+
 async def _lead(api: k8s_client.ApiClient, options: OperatorOptions, controller: Controller) -> None:
     """Reconcile only while holding the Lease; standbys keep warm caches. Losing the lease is fatal."""
     from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
-    from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
     identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-    lock = LeaseLock("mpijob-operator", options.lock_namespace, identity, api)
+    lock = sturdy_lease_lock("mpijob-operator", options.lock_namespace, identity, api)
 
     async def started() -> None:
         log.info("leading as %s", identity)
@@ -250,7 +332,12 @@ def main(options: OperatorOptions) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await run(options, stop=stop)
+
+        def started(controller: Controller) -> None:
+            # SIGUSR1 prints the counters in one line (bench/compare.py reads them; handy when debugging).
+            loop.add_signal_handler(signal.SIGUSR1, lambda: log.warning("stats: %s", controller.stats_line()))
+
+        await run(options, stop=stop, started=started)
 
     asyncio.run(runner())
     return 0

@@ -52,11 +52,10 @@ KINDS: tuple[Kind, ...] = (
         "mpijobs",
         ("mpijobs",),
     ),
-    Kind("Pod", "/api/v1/pods", "/api/v1/namespaces/{ns}/pods", "pods", ("pods", "pods_by_owner", "pods_by_node")),
+    Kind("Pod", "/api/v1/pods", "/api/v1/namespaces/{ns}/pods", "pods", ("pods",)),
     Kind("Job", "/apis/batch/v1/jobs", "/apis/batch/v1/namespaces/{ns}/jobs", "jobs", ("jobs",)),
     Kind("Service", "/api/v1/services", "/api/v1/namespaces/{ns}/services", "services", ("services",)),
     Kind("ConfigMap", "/api/v1/configmaps", "/api/v1/namespaces/{ns}/configmaps", "configmaps", ("configmaps",)),
-    Kind("Secret", "/api/v1/secrets", "/api/v1/namespaces/{ns}/secrets", "secrets", ("secrets",)),
     Kind(
         "PodDisruptionBudget",
         "/apis/policy/v1/poddisruptionbudgets",
@@ -113,6 +112,8 @@ def drop(cache: Cache, kind: str, obj: Obj) -> None:
         discard = getattr(index, "_discard", None)
         if discard is not None:
             discard(acckey)
+    if kind == "Pod":  # the cache's own owner and node maps
+        cache.pod_gone((str(meta.get("namespace")), str(meta.get("name"))), str(meta.get("uid")))
 
 
 def cached_object(cache: Cache, kind: str, namespace: str | None, name: str) -> Obj | None:

@@ -20,9 +20,16 @@ _META_KEYS = (
 )
 
 
+def _ours(body: Mapping[str, Any]) -> bool:
+    return ((body.get("metadata") or {}).get("labels") or {}).get(LABEL_OPERATOR_NAME) is not None
+
+
 def _meta(body: Mapping[str, Any]) -> dict[str, Any]:
+    """Annotations only of objects labelled as ours: the planner reads none of anyone else's (a foreign
+    object only tells it that a name is taken), and they are often large (last-applied-configuration)."""
     meta = body.get("metadata") or {}
-    return {k: meta[k] for k in _META_KEYS if k in meta}
+    keys = _META_KEYS if _ours(body) else tuple(k for k in _META_KEYS if k != "annotations")
+    return {k: meta[k] for k in keys if k in meta}
 
 
 def mpijob(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -66,7 +73,7 @@ def batch_job(body: Mapping[str, Any]) -> dict[str, Any]:
             # The resume patch must keep the template labels the Job's (generated) selector matches.
             "selector": spec.get("selector") or {},
             "template": {
-                "metadata": template.get("metadata") or {},
+                "metadata": (template.get("metadata") or {}) if _ours(body) else {},
                 # The resume patch replaces the node selector, so it must know the keys to remove.
                 "spec": {"nodeSelector": (template.get("spec") or {}).get("nodeSelector")},
             },
@@ -76,11 +83,10 @@ def batch_job(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def owned_object(body: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    """Services, ConfigMaps, Secrets, PDBs, ServiceAccounts, Roles, RoleBindings: the contents only for ours
-    (never a Secret's data)."""
+    """Services, ConfigMaps, PDBs, ServiceAccounts, Roles, RoleBindings, PodGroups: the contents only for
+    ours. (Secrets are not watched at all.)"""
     out: dict[str, Any] = {"metadata": _meta(body)}
-    ours = (out["metadata"].get("labels") or {}).get(LABEL_OPERATOR_NAME) is not None
-    if ours and kind != "Secret":
+    if _ours(body) and kind != "Secret":
         for key in ("spec", "data", "rules", "subjects", "roleRef"):
             if key in body:
                 out[key] = body[key]

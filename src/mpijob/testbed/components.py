@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -87,6 +88,15 @@ def health_url(component: str, ports: Ports) -> str:
     }[component]
 
 
+def _audit_flags(layout: Layout) -> list[str]:
+    """Opt-in audit log (bench/compare.py counts each operator's API requests with it): the policy file
+    named by MPIJOB_TESTBED_AUDIT_POLICY, the log in the state directory. Off by default: it costs CPU."""
+    policy = os.environ.get("MPIJOB_TESTBED_AUDIT_POLICY")
+    if not policy:
+        return []
+    return [f"--audit-policy-file={policy}", f"--audit-log-path={layout.root / 'audit.log'}", "--audit-log-maxsize=0"]
+
+
 def command(
     component: str, *, bin_dir: Path, layout: Layout, pki: Pki, ports: Ports, extra: Sequence[str] = ()
 ) -> list[str]:
@@ -143,6 +153,7 @@ def _command(component: str, *, bin_dir: Path, layout: Layout, pki: Pki, ports: 
             f"--service-account-key-file={pki.sa_pub}",
             f"--service-account-signing-key-file={pki.sa_key}",
             "--profiling=false",
+            *_audit_flags(layout),
         ]
     if component == "kube-controller-manager":
         kubeconfig = layout.component_kubeconfig(component)

@@ -1,0 +1,365 @@
+"""Prometheus metrics: the reference operator's names unchanged, plus the controller's and elastic ones.
+
+The reference operator's dashboards keep working (`mpi_operator_jobs_created_total`,
+`mpi_operator_jobs_successful_total`, `mpi_operator_jobs_failed_total`, `mpi_operator_job_info`,
+`mpi_operator_is_leader`). Everything else is named `mpijob_*`.
+
+Nothing here decides anything: metrics are read off what the controller already does. The executor's
+applied actions say what was written (a status patch flipping a condition, a worker marked leaving, a
+ConfigMap rewritten, a pod deleted); the API client reports every response; gauges read the queue and the
+cache at scrape time. Elastic timings use first-seen stamps from the operator's own watch events, so they
+measure the operator (watch delivery included), not the clock of whoever tainted the node.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from mpijob.api import constants as c
+from mpijob.api.models import GROUP, PLURAL, VERSION
+from mpijob.executor.apply import Executor, Outcome
+from mpijob.planner.actions import Action, Create, Delete, Patch
+from mpijob.planner.snapshot import OperatorConfig, Snapshot, parse_time
+from mpijob.planner.status import CREATED, FAILED, SUCCEEDED, is_true
+from mpijob.planner.workers import node_signal
+from mpijob.runtime.cache import Cache, Key
+from mpijob.runtime.controller import Controller
+
+log = logging.getLogger("mpijob.metrics")
+
+# Latency buckets from 10 ms (an idle operator) to 10 min (a long scale-in grace period).
+_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+_VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
+# /api/v1/namespaces/ns/pods/name/status -> pods/status ; /apis/g/v/namespaces/ns/mpijobs -> mpijobs
+_PATH = re.compile(r"^/apis?/(?:[^/]+/)?v[^/]*/(?:namespaces/[^/]+/)?(?P<res>[^/]+)(?:/[^/]+(?:/(?P<sub>[^/]+))?)?")
+
+
+def resource_of(path: str) -> str:
+    """`pods`, `pods/status`, `mpijobs/scale`... from a request path (query strings ignored)."""
+    match = _PATH.match(path.split("?", 1)[0])
+    if match is None:
+        return "other"
+    res, sub = match.group("res"), match.group("sub")
+    return f"{res}/{sub}" if sub else res
+
+
+def signal_label(signal: str) -> str:
+    """node_signal()'s text as a label value: `taint:<key>`, `cordoned`, `node-deleted`."""
+    if signal.startswith("taint "):
+        return "taint:" + signal[len("taint ") :]
+    return "node-deleted" if signal == "deleted" else signal
+
+
+def _reason_label(reason: str) -> str:
+    # Leave reasons the planner writes: workersToDelete, scale-down, suspended, "worker Failed"...
+    return reason.lower().replace(" ", "-") if reason.startswith("worker ") else reason
+
+
+@dataclass
+class _Leaving:
+    job: str
+    signal: str
+    signal_at: float  # monotonic
+    left_at: float | None = None  # monotonic, when the write taking it out of discovery succeeded
+
+
+@dataclass
+class _Stamps:
+    # node -> (first monotonic time the operator saw it terminating, signal label)
+    nodes: dict[str, tuple[float, str]] = field(default_factory=dict)
+    # (namespace, job) -> (generation, first monotonic time the operator saw it)
+    generations: dict[Key, tuple[int, float]] = field(default_factory=dict)
+    # (namespace, pod) -> a worker on its way out
+    leaving: dict[Key, _Leaving] = field(default_factory=dict)
+    # (namespace, job) -> when discover_hosts.sh's source was last rewritten (the discovery write may go first)
+    discovery: dict[Key, float] = field(default_factory=dict)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        # -- the reference operator's names and labels, unchanged --
+        self.jobs_created = Counter("mpi_operator_jobs_created", "Counts number of MPI jobs created", registry=r)
+        self.jobs_successful = Counter(
+            "mpi_operator_jobs_successful", "Counts number of MPI jobs successful", registry=r
+        )
+        self.jobs_failed = Counter("mpi_operator_jobs_failed", "Counts number of MPI jobs failed", registry=r)
+        self.is_leader = Gauge(
+            "mpi_operator_is_leader", "Is this client the leader of this mpi-operator client set?", registry=r
+        )
+        # -- the controller --
+        self.reconcile_seconds = Histogram(
+            "mpijob_reconcile_duration_seconds", "Time of one reconcile (plan and apply)", buckets=_BUCKETS, registry=r
+        )
+        self.reconcile_errors = Counter(
+            "mpijob_reconcile_errors_total", "Reconciles that failed and were re-queued with back-off", registry=r
+        )
+        self.reconcile_conflicts = Counter(
+            "mpijob_reconcile_conflicts_total",
+            "Reconciles stopped by a stale cache (409 on a resourceVersion precondition, or 404)",
+            registry=r,
+        )
+        self.queue_depth = Gauge("mpijob_workqueue_depth", "Job keys waiting in the work queue", registry=r)
+        self.api_writes = Counter(
+            "mpijob_api_writes_total",
+            "API write requests by verb, resource and HTTP status code",
+            ["verb", "resource", "code"],
+            registry=r,
+        )
+        self.api_conflicts = Counter(
+            "mpijob_api_conflicts_total", "API writes answered 409 Conflict", ["verb", "resource"], registry=r
+        )
+        # -- elastic --
+        self.scale_in_decisions = Counter(
+            "mpijob_elastic_scale_in_decisions_total",
+            "Reconciles that took workers out of a job, by what asked for it",
+            ["signal"],
+            registry=r,
+        )
+        self.workers_removed = Counter(
+            "mpijob_elastic_workers_removed_total",
+            "Leaving workers whose pod the operator deleted",
+            ["signal"],
+            registry=r,
+        )
+        self.signal_to_discovery = Histogram(
+            "mpijob_elastic_signal_to_discovery_seconds",
+            "From the operator first seeing a scale-in signal to the worker's removal from discover_hosts.sh",
+            ["signal"],
+            buckets=_BUCKETS,
+            registry=r,
+        )
+        self.discovery_to_deleted = Histogram(
+            "mpijob_elastic_discovery_to_deleted_seconds",
+            "From a worker's removal from discover_hosts.sh to the deletion of its pod (grace period included)",
+            ["signal"],
+            buckets=_BUCKETS,
+            registry=r,
+        )
+        self.signal_to_deleted = Histogram(
+            "mpijob_elastic_signal_to_deleted_seconds",
+            "From the operator first seeing a scale-in signal to the deletion of the worker's pod",
+            ["signal"],
+            buckets=_BUCKETS,
+            registry=r,
+        )
+        self.stamps = _Stamps()
+        self.clock: Callable[[], float] = time.monotonic
+
+    # -- wiring (one call each from the operator) ----------------------------------------------------------
+    def attach(self, controller: Controller) -> None:
+        """Gauges read at scrape time, so they cost nothing between scrapes."""
+        self.queue_depth.set_function(lambda: float(len(controller.queue)))
+        self.is_leader.set_function(lambda: 1.0 if controller.leading.is_set() else 0.0)
+        self.registry.register(_CacheCollector(controller.cache))
+
+    def serve(self, port: int, address: str = "0.0.0.0") -> None:
+        start_http_server(port, addr=address, registry=self.registry)
+        log.info("serving /metrics on %s:%d", address, port)
+
+    def register(self, registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+        """First-seen stamps for signals, from the same watch streams the controller uses."""
+
+        def nodes(type: str | None, name: str, body: Any, **_: Any) -> None:
+            if type == "DELETED":
+                self.stamps.nodes.setdefault(name, (self.clock(), "node-deleted"))
+                return
+            sig = node_signal(Snapshot(job={}, now=datetime.now(UTC), nodes={name: body}, config=config), name)
+            if sig is None:
+                self.stamps.nodes.pop(name, None)  # taint removed: a later signal is a new one
+            else:
+                self.stamps.nodes.setdefault(name, (self.clock(), signal_label(sig)))
+
+        def mpijobs(type: str | None, namespace: Any, name: str, meta: Any, **_: Any) -> None:
+            if type == "DELETED":
+                self.stamps.generations.pop((namespace, name), None)
+                self.stamps.discovery.pop((namespace, name), None)
+                return
+            gen = int(meta.get("generation") or 0)
+            seen = self.stamps.generations.get((namespace, name))
+            if seen is None or seen[0] != gen:
+                self.stamps.generations[(namespace, name)] = (gen, self.clock())
+
+        nodes.__name__ = "metrics_node_signals"
+        mpijobs.__name__ = "metrics_mpijob_generations"
+        kopf.on.event("v1", "nodes", id=nodes.__name__, registry=registry)(nodes)
+        kopf.on.event(GROUP, VERSION, PLURAL, id=mpijobs.__name__, registry=registry)(mpijobs)
+
+    # -- hooks -----------------------------------------------------------------------------------------
+    def api_response(self, method: str, path: str, status: int) -> None:
+        verb = _VERBS.get(method)
+        if verb is None:
+            return
+        resource = resource_of(path)
+        self.api_writes.labels(verb, resource, str(status)).inc()
+        if status == 409:
+            self.api_conflicts.labels(verb, resource).inc()
+
+    def applied(self, cache: Cache, config: OperatorConfig, job: dict[str, Any], actions: list[Action]) -> None:
+        """`actions` are the ones the executor applied, in order."""
+        now = self.clock()
+        meta = job.get("metadata") or {}
+        namespace, job_name = str(meta.get("namespace")), str(meta.get("name"))
+        status = job.get("status") or {}
+        seen = self.stamps.generations.get((namespace, job_name))
+        spec_seen = seen[1] if seen is not None and seen[0] == int(meta.get("generation") or 0) else now
+        # Forget workers of this job that went away without us deleting them (bounded memory).
+        for key in [k for k, v in self.stamps.leaving.items() if v.job == job_name and k[0] == namespace]:
+            if cache.pod(*key) is None:
+                del self.stamps.leaving[key]
+        decisions: set[str] = set()
+        for action in actions:
+            if isinstance(action, Patch) and action.kind == "MPIJob" and action.subresource == "status":
+                new = {"conditions": (action.patch.get("status") or {}).get("conditions")}
+                if new["conditions"] is not None:  # conditions are a list: a merge patch carries all or none
+                    for kind, counter in (
+                        (CREATED, self.jobs_created),
+                        (SUCCEEDED, self.jobs_successful),
+                        (FAILED, self.jobs_failed),
+                    ):
+                        if is_true(new, kind) and not is_true(status, kind):
+                            counter.inc()
+            elif isinstance(action, Patch) and action.kind == "MPIJob" and action.subresource is None:
+                added = (action.patch.get("spec") or {}).get("elasticPolicy", {}).get("workersToDelete")
+                listed = set(((job.get("spec") or {}).get("elasticPolicy") or {}).get("workersToDelete") or [])
+                # Names the operator listed for pods that are already gone: someone else removed them.
+                if added and any(cache.pod(namespace, n) is None for n in added if n not in listed):
+                    decisions.add("worker-lost")
+            elif isinstance(action, Patch) and action.kind == "Pod":
+                annotations = (action.patch.get("metadata") or {}).get("annotations") or {}
+                if c.ANNOTATION_LEAVING_SINCE in annotations:
+                    key = (namespace, action.name)
+                    pod = cache.pod(namespace, action.name) or {}
+                    node = (pod.get("spec") or {}).get("nodeName")
+                    reason = str(annotations.get(c.ANNOTATION_LEAVING_REASON) or "workersToDelete")
+                    # The operator lists a terminating node's workers in workersToDelete: that is the signal.
+                    stamp = self.stamps.nodes.get(node) if node and reason == "workersToDelete" else None
+                    if stamp is not None:
+                        leaving = _Leaving(job_name, stamp[1], stamp[0])
+                    else:
+                        leaving = _Leaving(job_name, _reason_label(reason), spec_seen)
+                    self.stamps.leaving[key] = leaving
+                    decisions.add(leaving.signal)
+                    written = self.stamps.discovery.get((namespace, job_name))
+                    if (pod.get("status") or {}).get("phase") != "Running":
+                        self._left(leaving, now)  # never listed: out of discovery as soon as it is marked
+                    elif written is not None and written >= leaving.signal_at:
+                        self._left(leaving, written)  # the discovery write went first (urgent writes first)
+            elif isinstance(action, Patch | Create) and _is_config_map(action, job_name):
+                # discover_hosts.sh rewritten: every marked worker of this job is out of it now.
+                self.stamps.discovery[(namespace, job_name)] = now
+                for key, leaving in self.stamps.leaving.items():
+                    if leaving.job == job_name and key[0] == namespace:
+                        self._left(leaving, now)
+            elif isinstance(action, Delete) and _is_worker_delete(action, job_name):
+                self._deleted(cache, namespace, action.name, now)
+        for signal in decisions:
+            self.scale_in_decisions.labels(signal).inc()
+
+    def _left(self, leaving: _Leaving, now: float) -> None:
+        if leaving.left_at is None:
+            leaving.left_at = now
+            self.signal_to_discovery.labels(leaving.signal).observe(max(0.0, now - leaving.signal_at))
+
+    def _deleted(self, cache: Cache, namespace: str, name: str, now: float) -> None:
+        leaving = self.stamps.leaving.pop((namespace, name), None)
+        if leaving is None:
+            # Marked before this process started: the annotation still says when it left discovery.
+            pod = cache.pod(namespace, name) or {}
+            reason = ((pod.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_LEAVING_REASON)
+            since = parse_time(((pod.get("metadata") or {}).get("annotations") or {}).get(c.ANNOTATION_LEAVING_SINCE))
+            signal = _reason_label(str(reason or "unknown"))
+            self.workers_removed.labels(signal).inc()
+            if since is not None:
+                self.discovery_to_deleted.labels(signal).observe(max(0.0, (datetime.now(UTC) - since).total_seconds()))
+            return
+        self.workers_removed.labels(leaving.signal).inc()
+        if leaving.left_at is not None:
+            self.discovery_to_deleted.labels(leaving.signal).observe(max(0.0, now - leaving.left_at))
+        self.signal_to_deleted.labels(leaving.signal).observe(max(0.0, now - leaving.signal_at))
+
+
+def _is_worker_delete(action: Delete, job: str) -> bool:
+    return action.kind == "Pod" and c.worker_index(job, action.name) is not None
+
+
+def _is_config_map(action: Patch | Create, job: str) -> bool:
+    if isinstance(action, Create):
+        return bool(action.obj.get("kind") == "ConfigMap")
+    return action.kind == "ConfigMap" and action.name == c.config_map_name(job)
+
+
+class _CacheCollector(Collector):
+    """`mpi_operator_job_info{launcher,namespace}` (the reference's gauge) and the leaving workers, read
+    from the cache at scrape time."""
+
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        info = GaugeMetricFamily("mpi_operator_job_info", "Information about MPIJob", labels=["launcher", "namespace"])
+        leaving = GaugeMetricFamily(
+            "mpijob_elastic_leaving_workers", "Workers out of discovery whose pod is not deleted yet"
+        )
+        count = 0
+        if self.cache.ready:
+            for namespace, name in self.cache.mpijob_keys():
+                info.add_metric([c.launcher_name(name), namespace], 1.0)
+            for store in (self.cache.indexes.get("pods") or {}).values():
+                for pod in store:
+                    if c.ANNOTATION_LEAVING_SINCE in ((pod.get("metadata") or {}).get("annotations") or {}):
+                        count += 1
+        leaving.add_metric([], float(count))
+        yield info
+        yield leaving
+
+
+class InstrumentedExecutor(Executor):
+    """The executor, reporting what it applied. The controller is set once it exists."""
+
+    def __init__(self, *args: Any, metrics: Metrics, config: OperatorConfig, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.metrics = metrics
+        self.config = config
+        self.cache: Cache | None = None
+
+    async def apply(self, job: dict[str, Any], actions: list[Action]) -> Outcome:
+        outcome = await super().apply(job, actions)
+        if self.cache is not None:
+            try:
+                self.metrics.applied(self.cache, self.config, job, actions[: outcome.applied])
+            except Exception:  # metrics must never break a reconcile
+                log.exception("metrics: could not account for applied actions")
+        if outcome.conflict is not None:
+            self.metrics.reconcile_conflicts.inc()
+        return outcome
+
+
+class InstrumentedController(Controller):
+    """The controller, timing each reconcile and counting failures."""
+
+    def __init__(self, *args: Any, metrics: Metrics, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.metrics = metrics
+
+    async def reconcile(self, key: Key) -> float | None:
+        started = time.perf_counter()
+        try:
+            return await super().reconcile(key)
+        except Exception:
+            self.metrics.reconcile_errors.inc()
+            raise
+        finally:
+            self.metrics.reconcile_seconds.observe(time.perf_counter() - started)

@@ -1,0 +1,208 @@
+"""The three install paths, applied to (or rendered for) the testbed: the single bundle
+(`kubectl apply --server-side -f`), the kustomize base and overlays (`kubectl apply -k`), and the Helm chart
+(`helm lint` / `helm template` with a helm built from its Go module). They must agree with each other, and
+with the CRD generated from the models and the RBAC the operator is tested under. Then a CRD upgrade over a
+running job."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kube import Kube, eventually, has_condition, kubectl, live, mpijob
+
+from mpijob.api.crd import crd
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+BUNDLE = REPO / "deploy/mpijob-operator.yaml"
+CHART = REPO / "deploy/helm/mpijob-operator"
+HELM = Path(os.environ.get("MPIJOB_HELM_BIN", REPO / ".cache/helm/bin")) / "helm"
+KUBE_VERSION = "1.37.2"
+
+
+def docs(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def by_kind(objs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in objs}
+
+
+def helm(*args: str) -> str:
+    if not HELM.exists():
+        pytest.fail(f"{HELM} missing: run `bash testbed/helm/build.sh` (make test does)")
+    proc = subprocess.run([str(HELM), *args], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    return proc.stdout
+
+
+def _args(objs: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    args: list[str] = objs[("Deployment", "mpijob-operator")]["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
+
+
+async def test_the_bundle_is_the_standalone_overlay_rendered_and_carries_the_generated_crd(kubeconfig: Path) -> None:
+    _, rendered = await kubectl(kubeconfig, "kustomize", str(REPO / "deploy/overlays/standalone"))
+    assert docs(BUNDLE.read_text()) == docs(rendered), "deploy/mpijob-operator.yaml is stale: run `make bundle`"
+    objs = by_kind(docs(rendered))
+    assert objs[("CustomResourceDefinition", "mpijobs.kubeflow.org")] | {"metadata": None} == crd() | {"metadata": None}
+    for kind, name in (
+        ("Namespace", "mpijob-system"),
+        ("ServiceAccount", "mpijob-operator"),
+        ("ClusterRole", "mpijob-operator"),
+        ("ClusterRoleBinding", "mpijob-operator"),
+        ("Role", "mpijob-operator-leader-election"),
+        ("ClusterRole", "mpijob-mpijobs-edit"),
+        ("Deployment", "mpijob-operator"),
+        ("Service", "mpijob-operator-metrics"),
+    ):
+        assert (kind, name) in objs, (kind, name)
+    assert "--leader-elect" in _args(objs)
+    assert objs[("Deployment", "mpijob-operator")]["spec"]["replicas"] == 1
+    assert objs[("Deployment", "mpijob-operator")]["metadata"]["labels"]["app.kubernetes.io/version"] == "0.1.0"
+
+
+async def test_bundle_and_ha_overlay_apply_server_side_and_create_what_they_say(kube: Kube, kubeconfig: Path) -> None:
+    # --force-conflicts: the CRD and RBAC already exist, created by the test session's own installer.
+    await kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(BUNDLE))
+    try:
+        deployment = await kube.client.get("/apis/apps/v1/namespaces/mpijob-system/deployments/mpijob-operator")
+        assert deployment["spec"]["replicas"] == 1
+        await kube.client.get("/api/v1/namespaces/mpijob-system/services/mpijob-operator-metrics")
+        await kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-k", str(REPO / "deploy/overlays/ha"))
+        deployment = await kube.client.get("/apis/apps/v1/namespaces/mpijob-system/deployments/mpijob-operator")
+        assert deployment["spec"]["replicas"] == 2
+        spread = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+        assert spread[0]["topologyKey"] == "kubernetes.io/hostname"
+        pdb = await kube.client.get("/apis/policy/v1/namespaces/mpijob-system/poddisruptionbudgets/mpijob-operator")
+        assert pdb["spec"]["minAvailable"] == 1
+    finally:
+        # Not the CRD, namespace or RBAC: the session's operator runs under them.
+        for path in (
+            "/apis/apps/v1/namespaces/mpijob-system/deployments/mpijob-operator",
+            "/api/v1/namespaces/mpijob-system/services/mpijob-operator-metrics",
+            "/apis/policy/v1/namespaces/mpijob-system/poddisruptionbudgets/mpijob-operator",
+        ):
+            await kubectl(kubeconfig, "delete", "--raw", path, check=False)
+
+
+def test_helm_chart_lints_and_renders_the_same_crd_rbac_and_operator_flags() -> None:
+    helm("lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION)
+    base = by_kind(
+        docs((REPO / "deploy/base/rbac.yaml").read_text()) + docs((REPO / "deploy/base/user-roles.yaml").read_text())
+    )
+    assert docs((CHART / "crds/kubeflow.org_mpijobs.yaml").read_text()) == [crd()], "run `make crd`"
+
+    default = by_kind(docs(helm("template", "r", str(CHART), "-n", "ops", "--kube-version", KUBE_VERSION)))
+    for kind, name in (("ClusterRole", "mpijob-operator"), ("Role", "mpijob-operator-leader-election")):
+        assert default[(kind, name)]["rules"] == base[(kind, name)]["rules"], f"chart {kind} {name} drifted"
+    for role in ("mpijob-mpijobs-admin", "mpijob-mpijobs-edit", "mpijob-mpijobs-view"):
+        assert default[("ClusterRole", role)].get("rules") == base[("ClusterRole", role)].get("rules")
+        assert set(base[("ClusterRole", role)]["metadata"]["labels"].items()) <= set(
+            default[("ClusterRole", role)]["metadata"]["labels"].items()
+        )
+    args = _args(default)
+    assert "--leader-elect" in args and "--lock-namespace=ops" in args and "--metrics-port=9090" in args
+    assert not any(a.startswith("--namespace=") for a in args)
+    assert ("PodDisruptionBudget", "mpijob-operator") not in default
+    assert ("ServiceMonitor", "mpijob-operator") not in default
+    assert default[("ClusterRoleBinding", "mpijob-operator")]["subjects"][0]["namespace"] == "ops"
+
+    custom = by_kind(
+        docs(
+            helm(
+                "template", "r", str(CHART), "-n", "ops", "--kube-version", KUBE_VERSION,
+                "--set", "replicaCount=2",
+                "--set", "image.repository=registry.example/mpijob",
+                "--set", "image.digest=sha256:" + "0" * 64,
+                "--set", "watchNamespaces={team-a,team-b}",
+                "--set", "kubeApi.qps=20", "--set", "kubeApi.burst=40",
+                "--set", "terminationTaints={karpenter.sh/disrupted,example.com/going}",
+                "--set", "log.format=text",
+                "--set", "metrics.serviceMonitor.enabled=true",
+                "--set", "controllerName=mpijob.kubeflow.org/operator", "--set", "ignoreUnmanaged=true",
+            )
+        )
+    )  # fmt: skip
+    args = _args(custom)
+    for flag in (
+        "--namespace=team-a",
+        "--namespace=team-b",
+        "--kube-api-qps=20",
+        "--kube-api-burst=40",
+        "--termination-taints=karpenter.sh/disrupted,example.com/going",
+        "--log-format=text",
+        "--controller-name=mpijob.kubeflow.org/operator",
+        "--ignore-unmanaged",
+    ):
+        assert flag in args, flag
+    deployment = custom[("Deployment", "mpijob-operator")]
+    assert deployment["spec"]["replicas"] == 2
+    assert (
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/mpijob@sha256:" + "0" * 64
+    )
+    assert ("PodDisruptionBudget", "mpijob-operator") in custom
+    monitor = custom[("ServiceMonitor", "mpijob-operator")]
+    service = custom[("Service", "mpijob-operator-metrics")]
+    assert set(monitor["spec"]["selector"]["matchLabels"].items()) <= set(service["metadata"]["labels"].items())
+
+
+async def test_crd_upgrade_over_an_existing_install_keeps_the_running_job_and_its_workers(
+    kube: Kube, kubeconfig: Path
+) -> None:
+    # An install of an earlier version: its CRD (committed as generated at commit e52b5aa).
+    old = REPO / "tests/integration/data/crd-e52b5aa.yaml"
+    assert docs(old.read_text()) != [crd()]
+    await kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(old))
+    try:
+        await kube.create(mpijob("upgrade", workers=2))
+
+        async def running() -> dict[str, Any] | None:
+            job = await kube.job("upgrade")
+            return job if has_condition(job, "Running") else None
+
+        await eventually(running, what="the job Running under the old CRD")
+        before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in live(await kube.workers("upgrade"))}
+    finally:
+        # The upgrade as documented (docs/install.md): the new CRD (the bundle's first document, checked equal
+        # above), server-side, over the old install.
+        new = REPO / "deploy/crd/kubeflow.org_mpijobs.yaml"
+        await kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(new))
+    await kubectl(kubeconfig, "wait", "--for=condition=Established", "crd/mpijobs.kubeflow.org", "--timeout=60s")
+    served = await kube.client.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/mpijobs.kubeflow.org")
+    assert served["spec"]["versions"] == crd()["spec"]["versions"]
+    # Still running with the same workers, and still reconciled: a scale-up after the upgrade is served.
+    assert has_condition(await kube.job("upgrade"), "Running")
+    assert {p["metadata"]["name"]: p["metadata"]["uid"] for p in live(await kube.workers("upgrade"))} == before
+    await kube.patch_job("upgrade", {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 3}}}})
+
+    async def three() -> bool:
+        return len(live(await kube.workers("upgrade"))) == 3
+
+    await eventually(three, what="a third worker after the CRD upgrade")
+    survivors = {p["metadata"]["name"]: p["metadata"]["uid"] for p in live(await kube.workers("upgrade"))}
+    assert before.items() <= survivors.items()
+
+
+async def test_helm_rendered_objects_are_accepted_by_the_api_server(
+    kubeconfig: Path, operator_kubeconfig: Path, tmp_path: Path
+) -> None:
+    # Server-side dry run: every object the chart renders passes the real API server's validation (the
+    # release namespace exists: the operator_kubeconfig fixture applied it with the shipped RBAC).
+    for name, extra in (
+        ("default", ()),
+        ("ha", ("--set", "replicaCount=2", "--set", "watchNamespaces={team-a}", "--set", "log.format=text")),
+    ):
+        rendered = helm("template", "r", str(CHART), "-n", "mpijob-system", "--kube-version", KUBE_VERSION, *extra)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(rendered)
+        _, out = await kubectl(
+            kubeconfig, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", str(path)
+        )
+        assert "deployment.apps/mpijob-operator serverside-applied (server dry run)" in out, out

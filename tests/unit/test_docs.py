@@ -1,0 +1,28 @@
+"""Generated docs match their source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mpijob.api.reference import api_reference
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_api_reference_matches_the_models() -> None:
+    committed = (REPO / "docs/api-reference.md").read_text()
+    assert committed == api_reference(), "docs/api-reference.md is stale: run `make docs`"
+
+
+def test_every_elastic_policy_field_is_in_the_api_reference() -> None:
+    text = api_reference()
+    for field in (
+        "minReplicas",
+        "maxReplicas",
+        "workersToDelete",
+        "nodeTerminationPolicy",
+        "scaleInGracePeriodSeconds",
+        "indexPolicy",
+    ):
+        assert f"| `{field}` |" in text, field
+    assert "### `spec.elasticPolicy`" in text

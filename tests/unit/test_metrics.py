@@ -1,0 +1,139 @@
+"""Metrics are read off what the executor applied: the reference's counters, and the elastic timings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import generate_latest
+
+from mpijob.api import constants as c
+from mpijob.api.models import API_VERSION
+from mpijob.planner.actions import Create, Delete, Emit, Patch
+from mpijob.planner.snapshot import OperatorConfig
+from mpijob.runtime.cache import Cache
+from mpijob.runtime.metrics import Metrics, resource_of, signal_label
+
+
+def _cache(pods: list[dict[str, Any]], jobs: tuple[tuple[str, str], ...] = ()) -> Cache:
+    cache = Cache()
+    for name in Cache.INDEXES:
+        cache.indexes[name] = {}
+    for pod in pods:
+        cache.indexes["pods"][("ns", pod["metadata"]["name"])] = [pod]
+    for key in jobs:
+        cache.indexes["mpijobs"][key] = [{}]
+    return cache
+
+
+def _pod(name: str, node: str, phase: str = "Running") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns"}, "spec": {"nodeName": node}, "status": {"phase": phase}}
+
+
+def _job(**status: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "j", "namespace": "ns", "generation": 3}, "spec": {}, "status": status}
+
+
+def _value(m: Metrics, name: str, **labels: str) -> float:
+    value = m.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_request_paths_map_to_resources_and_subresources() -> None:
+    assert resource_of("/api/v1/namespaces/a/pods/p") == "pods"
+    assert resource_of("/api/v1/namespaces/a/pods") == "pods"
+    assert resource_of("/apis/kubeflow.org/v2beta1/namespaces/a/mpijobs/j/status") == "mpijobs/status"
+    assert resource_of("/apis/policy/v1/namespaces/a/poddisruptionbudgets/x") == "poddisruptionbudgets"
+    assert resource_of("/api/v1/nodes/n1") == "nodes"
+    assert signal_label("taint karpenter.sh/disrupted") == "taint:karpenter.sh/disrupted"
+    assert signal_label("deleted") == "node-deleted"
+
+
+def test_reference_counters_count_condition_flips_not_status_writes() -> None:
+    m = Metrics()
+    created = Patch(
+        API_VERSION,
+        "MPIJob",
+        "j",
+        {"status": {"conditions": [{"type": "Created", "status": "True"}]}},
+        subresource="status",
+    )
+    m.applied(_cache([]), OperatorConfig(), _job(), [created])
+    # A later status write that still says Created is not a new job.
+    m.applied(_cache([]), OperatorConfig(), _job(conditions=[{"type": "Created", "status": "True"}]), [created])
+    assert _value(m, "mpi_operator_jobs_created_total") == 1
+    done = Patch(
+        API_VERSION,
+        "MPIJob",
+        "j",
+        {"status": {"conditions": [{"type": "Created", "status": "True"}, {"type": "Failed", "status": "True"}]}},
+        subresource="status",
+    )
+    m.applied(_cache([]), OperatorConfig(), _job(conditions=[{"type": "Created", "status": "True"}]), [done])
+    assert _value(m, "mpi_operator_jobs_failed_total") == 1
+    assert _value(m, "mpi_operator_jobs_successful_total") == 0
+
+
+def test_node_signal_timings_run_from_first_seen_taint_to_discovery_to_delete() -> None:
+    m = Metrics()
+    clock = Clock()
+    m.clock = clock
+    m.stamps.nodes["n2"] = (100.0, "taint:aws-node-termination-handler/spot-itn")
+    cache = _cache([_pod("j-worker-0", "n2"), _pod("j-worker-1", "n1")])
+    leave = Patch(
+        "v1",
+        "Pod",
+        "j-worker-0",
+        {
+            "metadata": {
+                "annotations": {c.ANNOTATION_LEAVING_SINCE: "t", c.ANNOTATION_LEAVING_REASON: "workersToDelete"}
+            }
+        },
+    )
+    cm = Patch("v1", "ConfigMap", "j-config", {"data": {}})
+    clock.now = 100.25
+    m.applied(cache, OperatorConfig(), _job(), [leave, cm, Emit("Normal", "WorkersLeaving", "x")])
+    sig = "taint:aws-node-termination-handler/spot-itn"
+    assert _value(m, "mpijob_elastic_scale_in_decisions_total", signal=sig) == 1
+    assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_sum", signal=sig) == 0.25
+    clock.now = 110.25
+    m.applied(cache, OperatorConfig(), _job(), [Delete("v1", "Pod", "j-worker-0", uid="u")])
+    assert _value(m, "mpijob_elastic_workers_removed_total", signal=sig) == 1
+    assert _value(m, "mpijob_elastic_discovery_to_deleted_seconds_sum", signal=sig) == 10.0
+    assert _value(m, "mpijob_elastic_signal_to_deleted_seconds_sum", signal=sig) == 10.25
+
+
+def test_a_worker_is_out_of_discovery_only_once_the_config_map_is_written() -> None:
+    m = Metrics()
+    clock = Clock()
+    m.clock = clock
+    cache = _cache([_pod("j-worker-3", "n1")])
+    leave = Patch(
+        "v1",
+        "Pod",
+        "j-worker-3",
+        {"metadata": {"annotations": {c.ANNOTATION_LEAVING_SINCE: "t", c.ANNOTATION_LEAVING_REASON: "scale-down"}}},
+    )
+    m.applied(cache, OperatorConfig(), _job(), [leave])  # stopped (409) before the ConfigMap write
+    assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_count", signal="scale-down") == 0
+    clock.now = 101.0
+    m.applied(cache, OperatorConfig(), _job(), [Create({"kind": "ConfigMap", "metadata": {"name": "j-config"}})])
+    assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_count", signal="scale-down") == 1
+    assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_sum", signal="scale-down") == 1.0
+
+
+def test_api_writes_are_counted_by_verb_resource_and_code_and_reads_are_not() -> None:
+    m = Metrics()
+    m.api_response("PATCH", "/apis/kubeflow.org/v2beta1/namespaces/a/mpijobs/j", 409)
+    m.api_response("POST", "/api/v1/namespaces/a/pods", 201)
+    m.api_response("GET", "/api/v1/namespaces/a/pods", 200)
+    assert _value(m, "mpijob_api_conflicts_total", verb="patch", resource="mpijobs") == 1
+    assert _value(m, "mpijob_api_writes_total", verb="create", resource="pods", code="201") == 1
+    assert b'verb="get"' not in generate_latest(m.registry)
