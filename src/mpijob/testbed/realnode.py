@@ -316,15 +316,7 @@ def start(layout: Layout, pki: Pki, server: str, rest: Rest, echo: Echo) -> dict
     )
     _wait(lambda: _ctr(node, "version", check=False) is not None, 30, "containerd to answer", layout, "containerd", pid)
     for image, name in ((PAUSE_IMAGE, "pause"), (LAUNCHER_IMAGE, "launcher")):
-        archive = node.images / f"{name}.tar"
-        _ctr(node, "images", "import", "--base-name", image.split(":")[0], str(archive))
-        imported = [
-            line
-            for line in (_ctr(node, "images", "ls", "-q") or "").split()
-            if line.startswith(image.split(":")[0] + ":")
-        ]
-        if image not in imported:
-            _ctr(node, "images", "tag", "--force", imported[0], image)
+        _import(node, image, node.images / f"{name}.tar")
     echo(f"[testbed] containerd ready, images imported ({time.monotonic() - t:.1f}s)")
 
     port, healthz = free_ports(2)
@@ -379,9 +371,24 @@ def _wait(check: Callable[[], bool], timeout: float, what: str, layout: Layout, 
         time.sleep(0.3)
 
 
-def _ctr(node: NodeLayout, *args: str, check: bool = True) -> str | None:
+def _import(node: NodeLayout, image: str, archive: Path, timeout: float = 120) -> None:
+    _ctr(node, "images", "import", "--base-name", image.split(":")[0], str(archive), timeout=timeout)
+    imported = [
+        line for line in (_ctr(node, "images", "ls", "-q") or "").split() if line.startswith(image.split(":")[0] + ":")
+    ]
+    if image not in imported:
+        _ctr(node, "images", "tag", "--force", imported[0], image)
+
+
+def import_image(state_dir: Path, image: str, archive: Path) -> None:
+    """Import one more OCI archive into a running real node's containerd as `image` (e.g. the Horovod image,
+    which only the tests that need it build)."""
+    _import(node_layout(Layout(state_dir)), image, archive, timeout=600)
+
+
+def _ctr(node: NodeLayout, *args: str, check: bool = True, timeout: float = 120) -> str | None:
     argv = ["ctr", "--address", str(node.socket), "--namespace", "k8s.io", *args]
-    result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
     if result.returncode != 0:
         if check:
             raise TestbedError(f"{' '.join(argv)} failed: {result.stderr.strip()}")

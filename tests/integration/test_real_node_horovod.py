@@ -1,0 +1,259 @@
+"""A real elastic Horovod run on the real node (issue 12, item 3; docs/testbed.md "A real Horovod run").
+
+Launcher and workers are pods on the real node running the Horovod image (testbed/build-horovod-image.sh:
+Horovod 0.28.1 built here with Gloo, tensorflow-cpu 2.12.1). The launcher runs `horovodrun` with the operator's
+discover_hosts.sh as its host discovery script and reaches the workers over SSH with the key pair the operator
+generated; the workers run the operator's default `sshd -De`. The training loop (horovod/elastic_train.py)
+commits every 5 batches and prints COMMIT/RESET/ROLLBACK lines, which `kubectl logs` of the launcher shows
+beside Horovod's own driver log (--log-level INFO).
+
+The testbed has no cluster DNS: the test writes each worker's pod IP into the launcher's /etc/hosts (what a
+headless Service's records would give) and the launcher's discovery script only passes on names that resolve.
+
+Skipped with the reason when the real node is not possible (see test_real_node.py) or the image cannot be
+built (the build's output is in the skip message); MPIJOB_SKIP_HOROVOD=1 skips it outright.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube import API_VERSION, Kube, eventually, mpijob
+from operator_harness import OperatorProcess
+from test_real_node import ON_REAL_NODE, kubectl, real_testbed, rn_api, rn_kube, rn_operator  # noqa: F401
+
+from mpijob.api import constants as c
+from mpijob.testbed import cluster, realnode
+from mpijob.testbed.paths import repo_root
+
+pytestmark = [pytest.mark.integration, pytest.mark.realnode]
+
+Obj = dict[str, Any]
+HOROVOD_IMAGE = "mpijob.local/horovod:testbed"
+HERE = Path(__file__).parent / "horovod"
+COMMIT = re.compile(r"COMMIT batch=(\d+) size=(\d+)")
+RESET = re.compile(r"RESET batch=(\d+) size=(\d+)")
+ROLLBACK = re.compile(r"ROLLBACK from=(\d+) to=(\d+)")
+
+
+@pytest.fixture(scope="module")
+def horovod_image(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> str:  # noqa: F811
+    if os.environ.get("MPIJOB_SKIP_HOROVOD") == "1":
+        pytest.skip("MPIJOB_SKIP_HOROVOD=1")
+    tb = real_testbed[0]
+    out = tb.state_dir / "horovod-image"
+    build = subprocess.run(
+        ["bash", str(repo_root() / "testbed" / "build-horovod-image.sh"), str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if build.returncode != 0:
+        pytest.skip(f"the Horovod image cannot be built here (exit {build.returncode}): {build.stderr[-2000:]}")
+    realnode.import_image(tb.state_dir, HOROVOD_IMAGE, out / "horovod.tar")
+    return HOROVOD_IMAGE
+
+
+def horovod_job(name: str, image: str, workers: int) -> Obj:
+    script = "/opt/train/elastic_train.py"
+    launcher = (
+        "cp /opt/train/discover.sh /tmp/discover.sh && chmod +x /tmp/discover.sh && "
+        f"exec horovodrun -np {workers} --min-np 1 --max-np 8 --host-discovery-script /tmp/discover.sh "
+        f"--network-interfaces eth0 --verbose --log-level INFO python3 -u {script}"
+    )
+    train_volume = {"name": "train", "configMap": {"name": f"{name}-train"}}
+    train_mount = {"name": "train", "mountPath": "/opt/train"}
+    return mpijob(
+        name,
+        workers=workers,
+        elastic={"minReplicas": 1, "maxReplicas": 8, "scaleInGracePeriodSeconds": 20, "hostDiscovery": "File"},
+        worker_template={
+            "spec": {
+                **ON_REAL_NODE,
+                "volumes": [train_volume],
+                # No command: the operator's default, `/usr/sbin/sshd -De`.
+                "containers": [
+                    {"name": "worker", "image": image, "imagePullPolicy": "Never", "volumeMounts": [train_mount]}
+                ],
+            }
+        },
+        launcher_template={
+            "spec": {
+                **ON_REAL_NODE,
+                "volumes": [train_volume],
+                "containers": [
+                    {
+                        "name": "launcher",
+                        "image": image,
+                        "imagePullPolicy": "Never",
+                        "command": ["sh", "-c", launcher],
+                        "volumeMounts": [train_mount],
+                    }
+                ],
+            }
+        },
+    )
+
+
+class Run:
+    """One Horovod job: its pods, the /etc/hosts stand-in for DNS, and its launcher's log."""
+
+    def __init__(self, tb: cluster.Testbed, kube: Kube, job: str) -> None:
+        self.tb, self.kube, self.job = tb, kube, job
+        self.known: set[str] = set()
+        self.launcher = ""
+
+    async def start(self, image: str, workers: int) -> None:
+        cm = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": f"{self.job}-train", "namespace": self.kube.ns},
+            "data": {f.name: f.read_text() for f in (HERE / "elastic_train.py", HERE / "discover.sh")},
+        }
+        await self.kube.create(cm)
+        await self.kube.create(horovod_job(self.job, image, workers))
+
+    async def sync_hosts(self) -> None:
+        """Append `IP name` for each worker pod with an IP that the launcher's /etc/hosts lacks."""
+        if not self.launcher:
+            running = [p for p in await self.kube.launcher_pods(self.job) if p["status"].get("phase") == "Running"]
+            if not running:
+                return
+            self.launcher = running[0]["metadata"]["name"]
+        lines = []
+        for pod in await self.kube.workers(self.job):
+            ip, name = pod["status"].get("podIP"), pod["metadata"]["name"]
+            if ip and f"{name}/{ip}" not in self.known and not pod["metadata"].get("deletionTimestamp"):
+                lines.append(f"{ip} {name}.{self.job}.{self.kube.ns}.svc {name}")
+                self.known.add(f"{name}/{ip}")
+        if lines:
+            text = "".join(line + "\n" for line in lines)
+            kubectl(
+                self.tb,
+                "-n",
+                self.kube.ns,
+                "exec",
+                "-i",
+                self.launcher,
+                "--",
+                "sh",
+                "-c",
+                "cat >> /etc/hosts",
+                input_text=text,
+            )
+
+    async def keep_hosts_synced(self) -> None:
+        while True:
+            # A pod going away under kubectl exec fails one round; the next one retries.
+            with contextlib.suppress(AssertionError):
+                await self.sync_hosts()
+            await asyncio.sleep(1)
+
+    def log(self) -> str:
+        if not self.launcher:
+            return ""
+        text = kubectl(self.tb, "-n", self.kube.ns, "logs", self.launcher, timeout=60)
+        # Kept beside the testbed's logs for a failure's post-mortem.
+        (self.tb.state_dir.parent / f"{self.kube.ns}-launcher.log").write_text(text)
+        return text
+
+    async def wait_log(self, check: Any, what: str, within: float = 240) -> Any:
+        async def probe() -> Any:
+            return check(self.log())
+
+        return await eventually(probe, within=within, interval=1, what=what)
+
+
+def commits(log: str) -> list[tuple[int, int]]:
+    return [(int(b), int(s)) for b, s in COMMIT.findall(log)]
+
+
+def commits_after(log: str, mark: int, size: int, count: int) -> bool:
+    """`count` commits at `size` workers at batches past `mark`."""
+    return len([b for b, s in commits(log) if b > mark and s == size]) >= count
+
+
+def last_batch(log: str) -> int:
+    found = commits(log)
+    return found[-1][0] if found else 0
+
+
+async def start_training(tb: cluster.Testbed, kube: Kube, image: str, workers: int) -> tuple[Run, asyncio.Task[None]]:
+    run = Run(tb, kube, "hvd")
+    await run.start(image, workers)
+    syncer = asyncio.create_task(run.keep_hosts_synced())
+    await run.wait_log(lambda log: commits_after(log, 0, workers, 3), f"training on {workers} workers", within=300)
+    return run, syncer
+
+
+async def test_without_the_graceful_order_horovod_rolls_back_and_blacklists_the_lost_hosts(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    horovod_image: str,
+) -> None:
+    """The same two workers lost while Horovod still counts on them (their pods deleted directly, no
+    workersToDelete): the survivors' allreduce fails, Horovod restores the last commit and blacklists the hosts."""
+    tb, kube = real_testbed[0], rn_kube
+    run, syncer = await start_training(tb, kube, horovod_image, 4)
+    try:
+        victims = [c.worker_name(run.job, 1), c.worker_name(run.job, 3)]
+        runs = kubectl(tb, "-n", kube.ns, "exec", run.launcher, "--", "sh", "-c", "wc -l < /tmp/discovery-runs")
+        await asyncio.sleep(10)
+        runs2 = kubectl(tb, "-n", kube.ns, "exec", run.launcher, "--", "sh", "-c", "wc -l < /tmp/discovery-runs")
+        print("horovod discovery runs during training:", runs.strip(), "then 10 s later", runs2.strip())
+        for v in victims:
+            kubectl(tb, "-n", kube.ns, "delete", "pod", v, "--grace-period=0", "--force", "--wait=false")
+        log = await run.wait_log(lambda log: log if ROLLBACK.search(log) else None, "a rollback")
+        log = await run.wait_log(lambda log: log if "blacklist failing host" in log else None, "a blacklisted host")
+        assert any(f"blacklist failing host: {v}." in log for v in victims), log[-3000:]
+    finally:
+        syncer.cancel()
+        await kube.delete(API_VERSION, "MPIJob", run.job)
+
+
+async def test_horovod_elastic_keeps_training_through_a_targeted_scale_in_without_rollback_or_blacklist(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    horovod_image: str,
+) -> None:
+    tb, kube = real_testbed[0], rn_kube
+    run, syncer = await start_training(tb, kube, horovod_image, 4)
+    try:
+        victims = [c.worker_name(run.job, 1), c.worker_name(run.job, 3)]
+        mark = last_batch(run.log())
+        await kube.patch_job(
+            run.job,
+            {"spec": {"elasticPolicy": {"workersToDelete": victims}, "mpiReplicaSpecs": {"Worker": {"replicas": 2}}}},
+        )
+        await run.wait_log(lambda log: commits_after(log, mark, 2, 3), "training going on with 2 workers")
+
+        async def victims_gone() -> bool:
+            return not {p["metadata"]["name"] for p in await kube.workers(run.job)} & set(victims)
+
+        await eventually(victims_gone, within=120, what="the victims' pods deleted")
+        await asyncio.sleep(5)  # a late failure of the removed workers would show by now
+        log = run.log()
+        after = log[log.index(f"COMMIT batch={mark} ") :]
+        # Graceful: Horovod saw the hosts go at a commit and re-formed from there: no rollback, no blacklist.
+        assert not ROLLBACK.search(log), log[-3000:]
+        assert "blacklist" not in log, log[-3000:]
+        resets = [(int(b), int(s)) for b, s in RESET.findall(after)]
+        assert resets and all(s == 2 for _, s in resets), resets
+        assert all(b >= mark and b % 5 == 0 for b, _ in resets), resets
+        sizes = [s for _, s in commits(after)]
+        assert sizes[0] == 4 and sizes[-1] == 2 and 3 not in sizes, sizes
+        batches = [b for b, _ in commits(log)]
+        assert batches == sorted(batches) and len(set(batches)) == len(batches), batches
+
+    finally:
+        syncer.cancel()
+        await kube.delete(API_VERSION, "MPIJob", run.job)
