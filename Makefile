@@ -29,7 +29,7 @@ testbed-node:
 
 # The real-node tests alone; a machine that cannot run a real node fails here instead of skipping.
 e2e: $(STAMP) testbed
-	MPIJOB_REQUIRE_REAL_NODE=1 $(BIN)/pytest tests/integration/test_real_node.py -q -p no:cacheprovider
+	MPIJOB_REQUIRE_REAL_NODE=1 $(BIN)/pytest tests/integration/test_real_node.py tests/integration/test_real_node_horovod.py -q -p no:cacheprovider
 
 # Kueue and the coscheduling scheduler for tests/integration/test_scheduling.py (docs/scheduling.md). A
 # failed build does not stop the suite: those tests then skip and say why.
@@ -52,8 +52,10 @@ integration: $(STAMP) testbed testbed-extras helm image
 	$(BIN)/pytest tests/integration -q
 
 # The whole suite: static checks, unit tests, then integration tests on a real local control plane.
+# The real Horovod scenario (tests/integration/test_real_node_horovod.py) runs under `make e2e` only, until it
+# has a track record in CI (it was first run on 2026-11-30; scale-out is not covered yet).
 test: $(STAMP) testbed testbed-extras helm image lint
-	$(BIN)/pytest tests -q -p no:cacheprovider
+	MPIJOB_SKIP_HOROVOD=1 $(BIN)/pytest tests -q -p no:cacheprovider
 
 # A long seeded chaos run (issue 8): operator SIGKILLs across scale-in, node termination and scale-out.
 # CHAOS_SEED=n replays a run; docs/reliability.md has the counts of the last long run.
