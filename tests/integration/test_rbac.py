@@ -150,10 +150,12 @@ async def test_user_roles_aggregate_into_edit_and_view(kube: Kube) -> None:
         )
         return bool(review["status"]["allowed"])
 
-    # Aggregation is asynchronous (the clusterrole-aggregation controller): wait for it.
+    # Aggregation is asynchronous (the clusterrole-aggregation controller), and `admin` aggregates in two steps
+    # (edit -> mpijob-mpijobs-admin -> admin), as does a new binding reaching the authorizer's cache: wait for
+    # each grant.
     await eventually(lambda: allowed("edit", "create"), within=60, what="edit may create MPIJobs")
-    assert await allowed("edit", "patch", "mpijobs/scale")
-    assert await allowed("admin", "delete")
-    assert await allowed("view", "list")
+    await eventually(lambda: allowed("edit", "patch", "mpijobs/scale"), within=60, what="edit may scale MPIJobs")
+    await eventually(lambda: allowed("admin", "delete"), within=60, what="admin may delete MPIJobs")
+    await eventually(lambda: allowed("view", "list"), within=60, what="view may list MPIJobs")
     assert not await allowed("view", "create")
     assert not await allowed("view", "patch", "mpijobs/scale")
