@@ -172,7 +172,8 @@ class Metrics:
     def register(self, registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         """First-seen stamps for signals, from the same watch streams the controller uses."""
 
-        def nodes(type: str | None, name: str, body: Any, **_: Any) -> None:
+        # Coroutines, like the controller's handlers: kopf runs plain functions in its thread pool.
+        async def nodes(type: str | None, name: str, body: Any, **_: Any) -> None:
             if type == "DELETED":
                 self.stamps.nodes.setdefault(name, (self.clock(), "node-deleted"))
                 return
@@ -182,7 +183,7 @@ class Metrics:
             else:
                 self.stamps.nodes.setdefault(name, (self.clock(), signal_label(sig)))
 
-        def mpijobs(type: str | None, namespace: Any, name: str, meta: Any, **_: Any) -> None:
+        async def mpijobs(type: str | None, namespace: Any, name: str, meta: Any, **_: Any) -> None:
             if type == "DELETED":
                 self.stamps.generations.pop((namespace, name), None)
                 self.stamps.discovery.pop((namespace, name), None)

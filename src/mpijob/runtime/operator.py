@@ -280,7 +280,16 @@ def sturdy_lease_lock(name: str, namespace: str, identity: str, api: k8s_client.
     from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
     class SturdyLeaseLock(LeaseLock):
+        # The Lease as our last successful write returned it (None: read it before the next write).
+        renewed: Any = None
+
         async def get(self, name: str, namespace: str) -> Any:
+            if self.renewed is not None:
+                # The leader renews optimistically, as client-go does: it assumes the Lease is still as it
+                # wrote it and skips the GET. If anyone else wrote it since, the update's resourceVersion
+                # no longer matches (409), the attempt fails, and the next one reads the Lease first.
+                self.lease_reference = self.renewed
+                return True, self.election_record(self.renewed)
             try:
                 return await super().get(name, namespace)
             except _NETWORK_ERRORS as err:
@@ -296,10 +305,25 @@ def sturdy_lease_lock(name: str, namespace: str, identity: str, api: k8s_client.
                 return False
 
         async def update(self, name: str, namespace: str, updated_record: Any) -> bool:
+            # The library's update, except that it keeps what the API server returned (the new
+            # resourceVersion), which the next renewal writes on without reading the Lease again.
+            self.renewed = None
+            if self.lease_reference is None:
+                return False
             try:
-                return bool(await super().update(name, namespace, updated_record))
+                self.lease_reference.spec = self.update_lease(updated_record, self.lease_reference.spec)
+                written = await self.api_instance.replace_namespaced_lease(
+                    name=name, namespace=namespace, body=self.lease_reference
+                )
+            except ApiException as err:
+                log.warning("leader election: could not update the Lease: %s %s", err.status, err.reason)
+                return False
             except _NETWORK_ERRORS:
                 return False
+            spec = getattr(written, "spec", None)
+            if getattr(spec, "holder_identity", None) == self.identity:
+                self.renewed = written
+            return True
 
     return SturdyLeaseLock(name, namespace, identity, api)
 
@@ -320,7 +344,9 @@ async def _lead(api: k8s_client.ApiClient, options: OperatorOptions, controller:
         controller.leading.clear()  # no write after this point
         os.kill(os.getpid(), signal.SIGTERM)
 
-    config = electionconfig.Config(lock, 15, 10, 2, started, stopped)
+    # Lease duration 15 s, renew deadline 10 s, retry period 3 s: the reference operator's lease and retry
+    # period (cmd/mpi-operator/app/server.go, v0.8.2), so both renew once per 3 s with one request.
+    config = electionconfig.Config(lock, 15, 10, 3, started, stopped)
     await leaderelection.LeaderElection(config).run()
 
 

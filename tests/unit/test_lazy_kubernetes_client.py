@@ -1,0 +1,52 @@
+"""kubernetes_asyncio's generated models and API classes load on first use only (mpijob/lazyk8s.py):
+importing the operator must not load them all, and every name the library's packages export must still
+resolve to the library's own object."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+_PROBE = """
+import json, sys
+import mpijob.runtime.operator  # noqa: F401 (kopf, the client, leader election)
+import kubernetes_asyncio.leaderelection.resourcelock.leaselock  # noqa: F401
+loaded = [m for m in sys.modules if m.startswith(("kubernetes_asyncio.client.models.", "kubernetes_asyncio.client.api."))]
+print(json.dumps(loaded))
+"""
+
+_ALL = """
+import importlib, json
+from pathlib import Path
+import mpijob.lazyk8s as lazy
+import kubernetes_asyncio.client as client
+bad = []
+for package in (lazy.CLIENT, lazy.MODELS, lazy.APIS):
+    module = importlib.import_module(package)
+    for name, where in lazy.exported_names(Path(module.__path__[0])).items():
+        if getattr(module, name) is not getattr(importlib.import_module(where), name):
+            bad.append(f"{package}.{name}")
+print(json.dumps({"bad": bad, "models": len(dir(client.models)), "version": client.__version__}))
+"""
+
+
+def _run(code: str) -> object:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_importing_the_operator_loads_only_the_few_model_and_api_classes_it_uses() -> None:
+    loaded = _run(_PROBE)
+
+    assert isinstance(loaded, list)
+    assert len(loaded) < 20, loaded  # the library has ~770 models and ~60 APIs
+
+
+def test_every_name_the_client_packages_export_resolves_to_the_library_object() -> None:
+    found = _run(_ALL)
+
+    assert isinstance(found, dict)
+    assert found["bad"] == []
+    assert found["models"] > 700
+    assert found["version"]
