@@ -50,7 +50,7 @@ def _lazy_package(name: str, directory: Path) -> types.ModuleType:
     module.__package__ = name
     module.__all__ = list(where)  # type: ignore[attr-defined]
 
-    def __getattr__(attr: str) -> Any:  # noqa: N807 (PEP 562)
+    def __getattr__(attr: str) -> Any:
         target = where.get(attr)
         if target is None:
             raise AttributeError(f"module {name!r} has no attribute {attr!r}")
@@ -65,7 +65,7 @@ def _lazy_package(name: str, directory: Path) -> types.ModuleType:
         setattr(module, attr, value)  # once: later lookups are plain attribute reads
         return value
 
-    def __dir__() -> list[str]:  # noqa: N807
+    def __dir__() -> list[str]:
         return sorted(set(module.__dict__) | set(where))
 
     module.__getattr__ = __getattr__  # type: ignore[method-assign]

@@ -16,8 +16,18 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+import orjson
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
+
+
+def _loads(data: bytes) -> Any:
+    """orjson (~2x the standard library's speed on API objects), the standard library for what it refuses
+    (e.g. a lone surrogate escape). Integers are exact up to 64 bits, as every Kubernetes number is."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 class ApiError(Exception):
@@ -130,7 +140,7 @@ class Client:
         if not 200 <= status < 300:
             reason = str(getattr(raw, "reason", ""))
             raise ApiError(status, reason, data.decode(errors="replace") if isinstance(data, bytes) else str(data))
-        return json.loads(data) if data else None
+        return _loads(data) if data else None
 
     async def get(self, path: str) -> Any:
         return await self.request("GET", path)

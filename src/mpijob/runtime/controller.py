@@ -140,6 +140,9 @@ class Controller:
     def register(self, registry: kopf.OperatorRegistry) -> None:
         cache = self.cache
 
+        def child_keys(namespace: str, name: str, labels: Any, meta: Any, **_: Any) -> list[Key]:
+            return [(namespace, n) for n in _job_names_for(name, labels, meta)]
+
         # Every indexer and handler is a coroutine: kopf runs plain functions in a thread pool, and the
         # hand-off (submit, future, wake-up) cost more than the functions themselves (docs/design.md).
         def index(*resource: str, fn: Callable[..., Any], name: str) -> None:
@@ -157,6 +160,8 @@ class Controller:
             fn=lambda namespace, name, body, **_: {(namespace, name): slim.mpijob(body)},
         )
 
+        pods_seen = self.fingerprints.setdefault("pod_events", {})
+
         def pods(namespace: str, name: str, body: Any, meta: Any, spec: Any, labels: Any, **_: Any) -> Any:
             ref = _controller_ref(meta)
             job = (labels or {}).get(c.LABEL_JOB_NAME)
@@ -167,7 +172,20 @@ class Controller:
                 spec.get("nodeName") or None,
                 (namespace, str(job)) if job else None,
             )
-            return {(namespace, name): slim.pod(body)}
+            view = slim.pod(body)
+            # The pod event handler's work for every event but a deletion, done here: kopf runs the indexer
+            # on every other pod event anyway, and a second kopf invocation per pod event (the largest
+            # stream) cost more than the work itself (docs/design.md). kopf stores what this returns in
+            # the index before it yields to the event loop, so no worker sees the key before the pod.
+            self.stats.events += 1
+            fingerprint = _fingerprint(view)
+            if pods_seen.get((namespace, name)) == fingerprint:
+                self.stats.events_ignored += 1  # a status write that changes nothing the planner reads
+            else:
+                pods_seen[(namespace, name)] = fingerprint
+                for key in child_keys(namespace, name, labels, meta):
+                    self.queue.add(key)
+            return {(namespace, name): view}
 
         index("v1", "pods", name="pods", fn=pods)
         index(
@@ -197,6 +215,7 @@ class Controller:
             mapper: Callable[..., list[Key]],
             hid: str,
             view: Callable[[Any], Any] | None = None,
+            deletions_only: bool = False,
         ) -> None:
             """`view`, when given, is what the planner reads of the object: an event that leaves it as it
             was (a node heartbeat, a pod status write that changes nothing we read) enqueues nothing."""
@@ -224,20 +243,20 @@ class Controller:
                     self.queue.add(key)
 
             handler.__name__ = hid
-            kopf.on.event(*resource, id=hid, registry=registry)(handler)
+            # `when` is checked before kopf's handler machinery: cheaper than an invocation that returns.
+            when = (lambda type, **_: type == "DELETED") if deletions_only else None
+            kopf.on.event(*resource, id=hid, registry=registry, when=when)(handler)
 
         def job_key(namespace: str, name: str, **_: Any) -> list[Key]:
             return [(namespace, name)]
-
-        def child_keys(namespace: str, name: str, labels: Any, meta: Any, **_: Any) -> list[Key]:
-            return [(namespace, n) for n in _job_names_for(name, labels, meta)]
 
         def node_keys(name: str, **_: Any) -> list[Key]:
             return cache.jobs_on_node(name) if cache.ready else []
 
         # Every MPIJob event counts (its resourceVersion is how we know our own writes reached the cache).
         on_event((GROUP, VERSION, PLURAL), job_key, "mpijob_events")
-        on_event(("v1", "pods"), child_keys, "pod_events", view=slim.pod)
+        # Only deletions: the pods indexer handles every other pod event (kopf does not index a deletion).
+        on_event(("v1", "pods"), child_keys, "pod_events", view=slim.pod, deletions_only=True)
         on_event(("batch", "v1", "jobs"), child_keys, "job_events")
 
         def service_keys(namespace: str, name: str, labels: Any, meta: Any, **_: Any) -> list[Key]:

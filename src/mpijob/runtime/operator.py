@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import sys
+import types
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any
 
 import aiohttp
 import kopf
+import orjson
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
@@ -71,6 +73,31 @@ class _NoDiffBase(kopf.DiffBaseStorage):
 
     def store(self, *, body: Any, patch: Any, essence: Any) -> None:
         return None
+
+
+def _loads(data: str | bytes) -> Any:
+    """orjson, with the standard library's decoder for what orjson refuses (e.g. a lone surrogate escape,
+    which the standard library accepts). Integers are exact up to 64 bits (every Kubernetes number is an
+    int32 or int64); beyond that orjson returns a float, which no field the operator reads can hold."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
+def _fast_watch_decoding() -> None:
+    """kopf decodes every watch event with the standard library's `json.loads` (kopf/_cogs/clients/api.py,
+    module attribute `json`): 8% of the operator's CPU at 50 x 8. orjson decodes the same text ~2x faster.
+    kopf offers no setting for the decoder, so its module's `json` is swapped for a copy of the standard
+    module whose `loads` is `_loads`; if kopf's layout ever changes, nothing is swapped (same results,
+    slower)."""
+    from kopf._cogs.clients import api as kopf_api
+
+    if getattr(kopf_api, "json", None) is json:
+        fast = types.ModuleType("json")
+        fast.__dict__.update(json.__dict__)
+        fast.loads = _loads  # type: ignore[attr-defined]
+        kopf_api.json = fast  # type: ignore[attr-defined]
 
 
 def _no_env_lookups_per_request(api: k8s_client.ApiClient) -> None:
@@ -190,6 +217,7 @@ async def run(
     async def login(**_: Any) -> kopf.ConnectionInfo:
         return await _connection_info(api)
 
+    _fast_watch_decoding()
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False  # we post our own Events, on the MPIJob, only for decisions
     settings.watching.server_timeout = 300
