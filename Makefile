@@ -71,7 +71,7 @@ bench: $(STAMP) testbed
 
 # Side by side with the reference operator (built from its Go module into .cache/reference).
 compare: $(STAMP) testbed
-	$(BIN)/python bench/compare.py
+	$(BIN)/python bench/compare.py $(COMPARE_ARGS)
 
 crd: $(STAMP)
 	$(BIN)/mpijob crd > deploy/crd/kubeflow.org_mpijobs.yaml

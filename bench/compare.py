@@ -5,6 +5,8 @@ mpijob, each on a fresh testbed, with the same manifests and the same client set
     .venv/bin/python bench/compare.py                    # 50 MPIJobs x 8 workers (OpenMPI, no elasticPolicy)
     .venv/bin/python bench/compare.py --jobs 500         # 500 x 8 (--jobs 1000 for 1000 x 8)
     .venv/bin/python bench/compare.py --jobs 2 --idle 5  # the smoke test's size
+    .venv/bin/python bench/compare.py --jobs 1250 --only mpijob --no-scale-in  # RSS with 10,000 worker pods
+    make compare COMPARE_ARGS="--jobs 500"               # the same from a fresh clone (builds what it needs)
 
 What is measured, per operator (each a separate process, so /proc tells its own CPU and memory):
 - create -> every worker and launcher pod Running (the benchmark's own watch sees the last one);
@@ -164,11 +166,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14 and 15)
 
 
-def rss_mib(pid: int) -> float:
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """VmRSS (now) or VmHWM (the peak so far) of a process, MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def load_average() -> str:
+    return " / ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 @dataclass
@@ -347,6 +354,7 @@ async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Name
         await asyncio.sleep(3.0)  # caches filled: the clock starts at the first create, not at start-up
         pid = proc.pid
         out["rss_mib_at_start"] = rss_mib(pid)
+        out["load_at_start"] = load_average()
         _, offset = audit_since(audit, 0)
         reconciles0 = side.reconciles(log, pid)
         cpu0 = cpu_seconds(pid)
@@ -374,6 +382,7 @@ async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Name
                     converge.by_verb[verb] = converge.by_verb.get(verb, 0) + n
         out["running_to_quiet_s"] = quiet_since - done
         out["rss_mib_with_jobs"] = rss_mib(pid)
+        out["load_when_running"] = load_average()
         reconciles1 = side.reconciles(log, pid)
         out["reconciles_per_job"] = (reconciles1 - reconciles0) / jobs
         out["api_requests_per_job"] = converge.requests / jobs
@@ -389,6 +398,9 @@ async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Name
         out["idle_api_requests"] = idle.requests
         out["idle_lease_requests"] = idle.leases
 
+        out["rss_mib_peak"] = rss_mib(pid, "VmHWM")
+        if args.no_scale_in:
+            return out
         # Scale-in by replicas: W -> W/2 on every job at once.
         kept = max(1, workers // 2)
         say(f"{side.name}: scaling every job in, {workers} -> {kept} workers")
@@ -426,6 +438,7 @@ async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Name
         out["scale_in_api_requests_per_job"] = scale.requests / jobs
         out["reconciles_total"] = side.reconciles(log, pid) - reconciles0
         out["rss_mib_end"] = rss_mib(pid)
+        out["rss_mib_peak"] = rss_mib(pid, "VmHWM")
     finally:
         for task in tasks:
             task.cancel()
@@ -469,6 +482,7 @@ ROWS = (
     ("api_requests_per_job", "API requests per job (until quiet)", "{:.1f}"),
     ("rss_mib_at_start", "RSS at start, MiB", "{:.0f}"),
     ("rss_mib_with_jobs", "RSS with the jobs running, MiB", "{:.0f}"),
+    ("rss_mib_peak", "RSS peak (VmHWM) over the run, MiB", "{:.0f}"),
     ("idle_cpu_s_per_30s", "idle CPU per 30 s, s", "{:.3f}"),
     ("idle_reconciles", "reconciles while idle", "{}"),
     ("idle_api_requests", "API requests while idle (Lease renewals apart)", "{}"),
@@ -480,6 +494,8 @@ ROWS = (
     ("scale_in_victims", "scale-in: victims", "{}"),
     ("scale_in_cpu_s", "scale-in: operator CPU, s", "{:.2f}"),
     ("scale_in_api_requests_per_job", "scale-in: API requests per job", "{:.1f}"),
+    ("load_at_start", "machine load average (1/5/15 min) at the first create", "{}"),
+    ("load_when_running", "machine load average when all pods were Running", "{}"),
 )
 
 
@@ -510,6 +526,11 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the testbeds running")
     parser.add_argument("--json", default=None, help="also write the raw figures here")
     parser.add_argument("--profile", default=None, help="py-spy collapsed stacks of the mpijob operator to this file")
+    parser.add_argument(
+        "--no-scale-in",
+        action="store_true",
+        help="stop after the idle measurement (e.g. --jobs 1250 --only mpijob: RSS with 10,000 worker pods cached)",
+    )
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     subprocess.run(["bash", str(ROOT / "bench" / "reference" / "build.sh")], check=True, stdout=sys.stderr)

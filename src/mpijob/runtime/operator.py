@@ -75,6 +75,27 @@ class _NoDiffBase(kopf.DiffBaseStorage):
         return None
 
 
+class _NoProgress(kopf.ProgressStorage):
+    """kopf keeps handler progress (annotations or status fields) for change-detecting handlers and daemons,
+    which this operator does not have, and cleans every event's body of it before comparing: 1.5% of the
+    operator's CPU at 50 x 8 for nothing. Storing nothing also makes sure kopf never writes progress."""
+
+    def fetch(self, *, key: Any, body: Any) -> None:
+        return None
+
+    def store(self, *, key: Any, record: Any, body: Any, patch: Any) -> None:
+        return None
+
+    def purge(self, *, key: Any, body: Any, patch: Any) -> None:
+        return None
+
+    def touch(self, *, body: Any, patch: Any, value: Any) -> None:
+        return None
+
+    def clear(self, *, essence: Any) -> Any:
+        return essence
+
+
 def _loads(data: str | bytes) -> Any:
     """orjson, with the standard library's decoder for what orjson refuses (e.g. a lone surrogate escape,
     which the standard library accepts). Integers are exact up to 64 bits (every Kubernetes number is an
@@ -222,6 +243,7 @@ async def run(
     settings.posting.enabled = False  # we post our own Events, on the MPIJob, only for decisions
     settings.watching.server_timeout = 300
     settings.persistence.diffbase_storage = _NoDiffBase()
+    settings.persistence.progress_storage = _NoProgress()
     stop = stop or asyncio.Event()
     liveness = f"http://0.0.0.0:{options.health_port}/healthz" if options.health_port else None
     kopf_task = asyncio.create_task(
