@@ -334,7 +334,10 @@ async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Name
     log = WORK / f"{side.name.split()[0]}-operator.log"
     with log.open("w") as log_file:
         # Popen only forks: nothing here waits on the child.
-        proc = subprocess.Popen(side.argv(kubeconfig), stdout=log_file, stderr=subprocess.STDOUT)  # noqa: ASYNC220
+        env = dict(os.environ)
+        if args.tracemalloc and side.name == "mpijob":
+            env["PYTHONTRACEMALLOC"] = str(args.tracemalloc)
+        proc = subprocess.Popen(side.argv(kubeconfig), stdout=log_file, stderr=subprocess.STDOUT, env=env)  # noqa: ASYNC220
     view = View()
     profiler: subprocess.Popen[bytes] | None = None
     tasks = [
@@ -399,6 +402,9 @@ async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Name
         out["idle_lease_requests"] = idle.leases
 
         out["rss_mib_peak"] = rss_mib(pid, "VmHWM")
+        if args.tracemalloc and side.name == "mpijob":
+            os.kill(pid, signal.SIGUSR2)  # the operator logs its largest allocation sites
+            await asyncio.sleep(5)
         if args.no_scale_in:
             return out
         # Scale-in by replicas: W -> W/2 on every job at once.
@@ -526,6 +532,12 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the testbeds running")
     parser.add_argument("--json", default=None, help="also write the raw figures here")
     parser.add_argument("--profile", default=None, help="py-spy collapsed stacks of the mpijob operator to this file")
+    parser.add_argument(
+        "--tracemalloc",
+        type=int,
+        default=0,
+        help="trace mpijob's allocations (N frames) and log the largest sites after the idle phase (slow)",
+    )
     parser.add_argument(
         "--no-scale-in",
         action="store_true",

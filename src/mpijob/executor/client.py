@@ -110,6 +110,7 @@ class Client:
         body: Any = None,
         content_type: str = "application/json",
         query: Any = None,
+        accept: str = "application/json",
     ) -> Any:
         bucket = self.mpijob_bucket if path.startswith("/apis/kubeflow.org/") else self.bucket
         await bucket.take()
@@ -119,7 +120,7 @@ class Client:
                 path,
                 method,
                 query_params=query or [],
-                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                header_params={"Content-Type": content_type, "Accept": accept},
                 body=body,
                 auth_settings=["BearerToken"],
                 _preload_content=False,

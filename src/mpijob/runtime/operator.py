@@ -400,6 +400,21 @@ async def _lead(api: k8s_client.ApiClient, options: OperatorOptions, controller:
     await leaderelection.LeaderElection(config).run()
 
 
+def _log_memory_sites() -> None:
+    import tracemalloc
+
+    if not tracemalloc.is_tracing():
+        log.warning("memory: not tracing (start the operator with PYTHONTRACEMALLOC=1)")
+        return
+    snapshot = tracemalloc.take_snapshot()
+    total = sum(stat.size for stat in snapshot.statistics("filename"))
+    lines = [f"memory: {total / 2**20:.1f} MiB traced; largest allocation sites:"]
+    for stat in snapshot.statistics("traceback")[:25]:
+        frames = " <- ".join(f"{f.filename.rsplit('site-packages/', 1)[-1]}:{f.lineno}" for f in stat.traceback)
+        lines.append(f"  {stat.size / 2**20:7.2f} MiB {stat.count:8d} blocks  {frames}")
+    log.warning("\n".join(lines))
+
+
 def main(options: OperatorOptions) -> int:
     configure_logging(options.log_format, options.log_level)
     stop = asyncio.Event()
@@ -412,6 +427,8 @@ def main(options: OperatorOptions) -> int:
         def started(controller: Controller) -> None:
             # SIGUSR1 prints the counters in one line (bench/compare.py reads them; handy when debugging).
             loop.add_signal_handler(signal.SIGUSR1, lambda: log.warning("stats: %s", controller.stats_line()))
+            # SIGUSR2: where the memory is, when run with PYTHONTRACEMALLOC=N (bench/compare.py --tracemalloc).
+            loop.add_signal_handler(signal.SIGUSR2, _log_memory_sites)
 
         await run(options, stop=stop, started=started)
 
