@@ -544,11 +544,20 @@ def patched_pods(actions: Sequence[Action]) -> list[str]:
     return [a.name for a in patches(actions, "Pod")]
 
 
+def announced(actions: Sequence[Action]) -> list[Emit]:
+    """Every Event a plan may post, in order: the ones of the announce phase, and those a write carries."""
+    found: list[Emit] = []
+    for a in actions:
+        if isinstance(a, Emit):
+            found.append(a)
+        elif isinstance(a, Create | Patch | Delete):
+            found += a.announce
+    return found
+
+
 def emits(actions: Sequence[Action], type_: str | None = None, reason: str | None = None) -> list[Emit]:
     return [
-        a
-        for a in actions
-        if isinstance(a, Emit) and (type_ is None or a.type == type_) and (reason is None or a.reason == reason)
+        a for a in announced(actions) if (type_ is None or a.type == type_) and (reason is None or a.reason == reason)
     ]
 
 

@@ -208,7 +208,7 @@ class World:
             if self.get("MPIJob", job_name) is None:
                 return done
             snapshot = replace(self.snapshot(job_name), absence_checks=dict(checks), created=dict(created))
-            actions = plan(snapshot)
+            actions = list(plan(snapshot))
             if self.observer is not None:
                 self.observer(snapshot, actions)
             deferred = [i for i, a in enumerate(actions) if isinstance(a, Defer)]
@@ -260,15 +260,11 @@ class World:
         (or replaced) object is a tolerated no-op whose Event is skipped; any other failure stops the batch.
         Patches of the MPIJob with a resourceVersion build on the version the previous one produced."""
         job_rv: str | None = None
-        skip_event = False
         self.exclusive = {}
         for action in actions:
             if isinstance(action, Emit):
-                if not skip_event:
-                    self.events.append(action)
-                skip_event = False
+                self.events.append(action)
                 continue
-            skip_event = False
             if isinstance(action, Defer):
                 return None  # the executor stops here; the job is reconciled again
             if isinstance(action, RequeueAfter | ConfirmAbsence):
@@ -300,11 +296,11 @@ class World:
                 )
                 if tolerated:
                     self.tolerated.append(err)
-                    skip_event = True
                     continue
                 self.errors.append(err)
                 return err
             self.applied.append(action)
+            self.events.extend(action.announce)
         return None
 
     def _create(self, action: Create) -> None:

@@ -1,15 +1,15 @@
 """Applies the planner's actions to the API server, in order, stopping at the first real failure.
 
 Tolerated outcomes keep the operator idempotent under a stale cache: creating an object that already
-exists, or deleting one that is gone (or was replaced: uid precondition), is a no-op, and then the Event
-announcing it is skipped. A 409 on a write with a resourceVersion precondition means the cache was stale:
-stop and let the reconcile run again on fresh data.
+exists, or deleting one that is gone (or was replaced: uid precondition), is a no-op, and then the Events
+the write carries (`announce`) are not posted. A 409 on a write with a resourceVersion precondition means the
+cache was stale: stop and let the reconcile run again on fresh data.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -73,7 +73,7 @@ class Executor:
         # at the next write, not at the next job.
         self.fence: Callable[[], bool] | None = None
 
-    async def apply(self, job: dict[str, Any], actions: list[Action]) -> Outcome:
+    async def apply(self, job: dict[str, Any], actions: Sequence[Action]) -> Outcome:
         outcome = Outcome()
         # Events of one reason in one batch become one Event, and so do all create announcements ("Created
         # Service j; Created Pod j-worker-0, j-worker-1, ...") rather than one per object: a new 8-worker job
@@ -85,22 +85,27 @@ class Executor:
         return outcome
 
     async def _apply(
-        self, job: dict[str, Any], actions: list[Action], outcome: Outcome, events: dict[tuple[str, str], list[str]]
+        self,
+        job: dict[str, Any],
+        actions: Sequence[Action],
+        outcome: Outcome,
+        events: dict[tuple[str, str], list[str]],
     ) -> None:
         meta = job.get("metadata") or {}
         namespace = str(meta.get("namespace"))
         job_name = str(meta.get("name"))
         job_rv = meta.get("resourceVersion")
-        skip_next_event = False
+
+        def announce(*emits: Emit) -> None:
+            for emit in emits:
+                reason = _CREATE if emit.reason.startswith(_CREATE) else emit.reason
+                events.setdefault((emit.type, reason), []).append(emit.message)
+
         for outcome.applied, action in enumerate(actions):
             try:
                 if isinstance(action, Emit):
-                    if not skip_next_event:
-                        reason = _CREATE if action.reason.startswith(_CREATE) else action.reason
-                        events.setdefault((action.type, reason), []).append(action.message)
-                    skip_next_event = False
+                    announce(action)
                     continue
-                skip_next_event = False
                 if isinstance(action, Defer):
                     outcome.deferred = True
                     return
@@ -119,24 +124,27 @@ class Executor:
                         outcome.conflict = f"{key[0]} {key[1]}: AlreadyExists"
                         return
                     outcome.writes += 1
+                    announce(*action.announce)
                 elif isinstance(action, Create):
-                    skip_next_event = not await self._create(namespace, action)
-                    outcome.writes += 0 if skip_next_event else 1
-                    if not skip_next_event and action.obj["kind"] == "Pod":
-                        outcome.created_pods.append(action.obj["metadata"]["name"])
+                    if await self._create(namespace, action):
+                        outcome.writes += 1
+                        announce(*action.announce)
+                        if action.obj["kind"] == "Pod":
+                            outcome.created_pods.append(action.obj["metadata"]["name"])
                 elif isinstance(action, Patch):
                     is_job = action.kind == "MPIJob" and action.name == job_name
                     result = await self._patch(namespace, action, job_rv if is_job else None)
                     outcome.writes += 1
+                    announce(*action.announce)
                     if action.kind == "ConfigMap" and isinstance(result, dict):
                         outcome.config_map_resource_version = (result.get("metadata") or {}).get("resourceVersion")
                     if is_job and isinstance(result, dict):
                         # Later writes to the job in this batch build on the version we just made.
                         job_rv = (result.get("metadata") or {}).get("resourceVersion", job_rv)
                         outcome.job_resource_version = job_rv
-                elif isinstance(action, Delete):
-                    skip_next_event = not await self._delete(namespace, action)
-                    outcome.writes += 0 if skip_next_event else 1
+                elif isinstance(action, Delete) and await self._delete(namespace, action):
+                    outcome.writes += 1
+                    announce(*action.announce)
             except ApiError as err:
                 if err.status == 403 and "being terminated" in err.body:
                     # The namespace is going away, and the job with it: nothing left to do.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -24,7 +25,7 @@ from mpijob.api.models import (
 )
 from mpijob.planner import children, discovery, podgroups
 from mpijob.planner import status as st
-from mpijob.planner.actions import Action, ConfirmAbsence, Create, Defer, Delete, Emit, Patch, RequeueAfter
+from mpijob.planner.actions import NOTHING, ConfirmAbsence, Create, Delete, Emit, Patch, Plan, Write
 from mpijob.planner.hostfile import discover_hosts_script, hostfile
 from mpijob.planner.snapshot import (
     Obj,
@@ -93,6 +94,49 @@ def create_budget(existing_workers: int) -> int:
 MAX_WORKER_INDEX = 99_999
 
 
+@dataclass
+class _Draft:
+    """The plan being made, phase by phase (see `Plan`); frozen into a Plan at the end."""
+
+    record: list[Patch] = field(default_factory=list)
+    mark: list[Patch] = field(default_factory=list)
+    discovery: list[Write] = field(default_factory=list)
+    # Discovery writes that drop hosts a launcher reads (moved to Plan.leave_discovery).
+    dropping_hosts: list[Write] = field(default_factory=list)
+    announce: list[Emit] = field(default_factory=list)
+    children: list[Write] = field(default_factory=list)
+    secret: list[Create] = field(default_factory=list)
+    status: list[Patch] = field(default_factory=list)
+    status_events: list[Emit] = field(default_factory=list)
+    delete: list[Delete] = field(default_factory=list)
+    create: list[Create] = field(default_factory=list)
+    finish: list[Delete] = field(default_factory=list)
+    wake: list[float] = field(default_factory=list)
+
+    def freeze(self) -> Plan:
+        """The ConfigMap patch that drops hosts is what the launcher reads first; only when it drops none do
+        the launcher nudges that drop hosts (the file fallback) go first."""
+        urgent = [w for w in self.dropping_hosts if _kind(w) == "ConfigMap"] or self.dropping_hosts
+        return Plan(
+            leave_discovery=tuple(urgent),
+            record=tuple(self.record),
+            mark=tuple(self.mark),
+            discovery=tuple(w for w in self.discovery if not any(w is u for u in urgent)),
+            announce=tuple(self.announce),
+            children=tuple(self.children),
+            secret=tuple(self.secret),
+            status=tuple(self.status),
+            delete=tuple(self.delete),
+            create=tuple(self.create),
+            finish=tuple(self.finish),
+            requeue_after=min(self.wake) if self.wake else None,
+        )
+
+
+def _kind(write: Write) -> str:
+    return str(write.obj["kind"]) if isinstance(write, Create) else write.kind
+
+
 class _Planner:
     def __init__(self, snapshot: Snapshot, spec: MPIJobSpec) -> None:
         self.s = snapshot
@@ -102,38 +146,37 @@ class _Planner:
         self.now = format_time(snapshot.now)
         self.old_status: dict[str, Any] = copy.deepcopy(snapshot.job.get("status") or {})
         self.status: dict[str, Any] = copy.deepcopy(self.old_status)
-        self.actions: list[Action] = []
-        self.wake: list[float] = []
+        self.draft = _Draft()
         self.conflicts: list[str] = []
-        self.status_events: list[Emit] = []
-        self.urgent_nudges: list[Action] = []
         # Pods of a launcher Job we do not own say nothing about this job.
         launcher = snapshot.launcher
         self.launcher_pods = snapshot.launcher_pods if launcher is not None and is_owned_by(launcher, self.job) else ()
-        self.last: list[Action] = []
         self.workers = workers_of(snapshot)
-        # The SSH Secret's exclusive create, issued just before the status write (see ensure_secret).
-        self.secret_create: list[Action] = []
         self.secret_conflict = False
 
     # -- helpers -----------------------------------------------------------------------------------
     def emit(self, type_: str, reason: str, message: str) -> None:
-        self.actions.append(Emit(type_, reason, message))
+        self.draft.announce.append(Emit(type_, reason, message))
 
     def condition(self, kind: str, value: bool, reason: str, message: str, event: str | None = "Normal") -> None:
         flipped = st.set_condition(self.status, kind, value, reason, message, self.now)
         if flipped and value and event:
             # Announced after the status write succeeds, so a retried reconcile does not repeat it.
-            self.status_events.append(Emit(event, reason, message))
+            self.draft.status_events.append(Emit(event, reason, message))
 
-    def create(self, obj: Obj, *, ssh: bool = False) -> None:
-        self.actions.append(Create(obj, generate_ssh_keys=ssh))
+    @staticmethod
+    def creation(obj: Obj, *, ssh: bool = False, exclusive: bool = False) -> Create:
+        """A create, with the Event that announces it (posted only if the object was really created)."""
         kind = obj["kind"]
-        self.emit("Normal", f"SuccessfulCreate{kind}", f"Created {kind} {obj['metadata']['name']}")
+        made = Emit("Normal", f"SuccessfulCreate{kind}", f"Created {kind} {obj['metadata']['name']}")
+        return Create(obj, generate_ssh_keys=ssh, exclusive=exclusive, announce=(made,))
+
+    def create_child(self, obj: Obj) -> None:
+        self.draft.children.append(self.creation(obj))
 
     def delete_pod(self, pod: Obj, why: str) -> None:
-        self.actions.append(Delete("v1", "Pod", name_of(pod), uid=uid_of(pod)))
-        self.emit("Normal", "SuccessfulDeletePod", f"Deleted pod {name_of(pod)}: {why}")
+        gone = Emit("Normal", "SuccessfulDeletePod", f"Deleted pod {name_of(pod)}: {why}")
+        self.draft.delete.append(Delete("v1", "Pod", name_of(pod), uid=uid_of(pod), announce=(gone,)))
 
     def owned_or_conflict(self, obj: Obj | None, kind: str, name: str) -> bool | None:
         """True: ours; None: absent; False: someone else's (recorded as a conflict, never touched)."""
@@ -173,7 +216,7 @@ class _Planner:
         left = (last - self.s.now).total_seconds() + delay
         if left > 0:
             wp.to_create = []
-            self.wake.append(left)
+            self.draft.wake.append(left)
 
     def landed_on_terminating_node(self, pod: Obj) -> bool:
         born = parse_time(meta(pod).get("creationTimestamp"))
@@ -209,11 +252,11 @@ class _Planner:
         return ep is not None and ep.host_discovery is HostDiscovery.API and self.s.config.api_discovery
 
     # -- the plan ------------------------------------------------------------------------------------
-    def run(self) -> list[Action]:
+    def run(self) -> Plan:
         if st.is_true(self.status, st.INVALID_SPEC):
             # A bad edit was fixed: the job goes on from where it was.
             st.set_condition(self.status, st.INVALID_SPEC, False, "SpecFixed", "the spec is valid again", self.now)
-            self.status_events.append(Emit("Normal", "SpecFixed", "the spec is valid again; resuming"))
+            self.draft.status_events.append(Emit("Normal", "SpecFixed", "the spec is valid again; resuming"))
         if not self.status.get("conditions"):
             self.condition(
                 st.CREATED,
@@ -228,38 +271,8 @@ class _Planner:
             self.finished()
         else:
             self.active()
-        # The Secret's create goes right before the status write: if it fails (AlreadyExists), the executor
-        # stops there, so a status with conditions always follows a create that succeeded (see ensure_secret).
-        self.actions += self.secret_create
         self.write_status()
-        self.actions += self.last
-        if self.wake:
-            self.actions.append(RequeueAfter(max(0.0, min(self.wake))))
-        return self.urgent_first(self.actions)
-
-    def urgent_first(self, actions: list[Action]) -> list[Action]:
-        """Workers leaving discovery is what the launcher must see first (a node may have seconds left). When
-        this plan drops hosts from the ConfigMap's list (what the launcher reads from the API), that write
-        goes first, then Defer: the job is planned again behind the other queued jobs, so after a node taint
-        every affected job's API list changes before any job's other writes. The next plan, likewise, puts
-        the launcher nudges that drop hosts (the file fallback) first. Then the rest: spec record, leaving
-        marks, status, Events. Safe: each plan recomputes the same decisions from the node signals, and a
-        leaving worker's grace period counts from its mark, made later, never earlier."""
-        urgent: list[Action] = []
-        for action in actions:
-            if isinstance(action, Patch) and action.kind == "ConfigMap":
-                current = (self.s.config_map or {}).get("data") or {}
-                # The data as it will be: the patch names only the keys that change.
-                merged = {**current, **(action.patch.get("data") or {})}
-                after = discovery.listed_hosts({k: v for k, v in merged.items() if v is not None})
-                if set(discovery.listed_hosts(current)) - set(after):
-                    urgent = [action]
-        if not urgent:
-            urgent = [a for a in actions if any(a is n for n in self.urgent_nudges)]
-        rest = [a for a in actions if not any(a is u for u in urgent)]
-        if not urgent or not any(isinstance(a, Create | Patch | Delete) for a in rest):
-            return actions
-        return [*urgent, Defer(), *rest]
+        return self.draft.freeze()
 
     def active(self) -> None:
         spec = self.spec
@@ -270,7 +283,7 @@ class _Planner:
             self.condition(st.RUNNING, False, "MPIJobSuspended", "MPIJob suspended", event=None)
         elif was_suspended:
             self.condition(st.SUSPENDED, False, "MPIJobResumed", "MPIJob resumed")
-            self.status_events.append(Emit("Normal", "MPIJobResumed", "MPIJob resumed"))
+            self.draft.status_events.append(Emit("Normal", "MPIJobResumed", "MPIJob resumed"))
             self.status["startTime"] = self.now
         if not suspended and not self.status.get("startTime"):
             self.status["startTime"] = self.now
@@ -287,7 +300,7 @@ class _Planner:
         self.record_worker_decisions(wp)
         # 2. Mark leaving workers, then 3. take them out of discovery.
         for leave in wp.to_leave:
-            self.actions.append(
+            self.draft.mark.append(
                 Patch(
                     "v1",
                     "Pod",
@@ -323,7 +336,6 @@ class _Planner:
         self.ensure_pod_group(wanted=not suspended)
         # 4. Delete, then 5. create: after the status write, so that the status (discoveredHosts,
         #    leavingWorkers, lastWorkerIndex) records the decision before any pod goes away.
-        start = len(self.actions)
         for pod in wp.to_delete:
             self.delete_pod(pod, "suspended" if suspended else "leaving the job")
         if self.foreign_children():
@@ -337,15 +349,13 @@ class _Planner:
         for index in wp.to_create:
             pod = children.worker_pod(self.job, spec, index, self.s.config.cluster_domain)
             podgroups.decorate(pod["metadata"], pod["spec"], self.name, self.s.config.gang_scheduler)
-            self.create(pod)
-        self.last += self.actions[start:]
-        del self.actions[start:]
+            self.draft.create.append(self.creation(pod))
         if wp.to_create:
             self.status["lastWorkerIndex"] = max([*wp.to_create, self.last_worker_index()])
         for name in wp.foreign_names:
             self.conflicts.append(f"Pod {name}")
         if wp.wake_after is not None:
-            self.wake.append(wp.wake_after)
+            self.draft.wake.append(wp.wake_after)
 
         ready, account = self.ensure_discovery_access()
         if ready:
@@ -360,7 +370,7 @@ class _Planner:
         if wp.new_workers_to_delete is not None:
             patch.setdefault("spec", {})["elasticPolicy"] = {"workersToDelete": wp.new_workers_to_delete}
         if patch:
-            self.actions.append(
+            self.draft.record.append(
                 Patch(
                     API_VERSION,
                     "MPIJob",
@@ -374,8 +384,9 @@ class _Planner:
         desired = children.service(self.job, self.spec)
         current = self.s.service
         owned = self.owned_or_conflict(current, "Service", self.name)
+        # Discovery phase, first: the Service makes the host names the ConfigMap lists resolve.
         if owned is None:
-            self.create(desired)
+            self.draft.discovery.append(self.creation(desired))
         elif owned and current is not None:
             spec = current.get("spec") or {}
             want = desired["spec"]
@@ -383,7 +394,7 @@ class _Planner:
                 spec.get("selector") != want["selector"]
                 or bool(spec.get("publishNotReadyAddresses")) != want["publishNotReadyAddresses"]
             ):
-                self.actions.append(
+                self.draft.discovery.append(
                     Patch(
                         "v1",
                         "Service",
@@ -431,19 +442,20 @@ class _Planner:
         }
         owned = self.owned_or_conflict(current, "ConfigMap", name)
         if owned is None:
-            self.create(children.config_map(self.job, data))
+            self.draft.discovery.append(self.creation(children.config_map(self.job, data)))
         elif owned and current is not None and current.get("data") != data:
-            self.actions.append(
-                Patch(
-                    "v1",
-                    "ConfigMap",
-                    name,
-                    # Only the keys that changed (the script rarely does); keys we do not write are nulled: a
-                    # merge patch keeps what it does not name.
-                    {"data": _changed_keys(current.get("data") or {}, data)},
-                    resource_version=meta(current).get("resourceVersion"),
-                )
+            patch = Patch(
+                "v1",
+                "ConfigMap",
+                name,
+                # Only the keys that changed (the script rarely does); keys we do not write are nulled: a
+                # merge patch keeps what it does not name.
+                {"data": _changed_keys(current.get("data") or {}, data)},
+                resource_version=meta(current).get("resourceVersion"),
             )
+            self.draft.discovery.append(patch)
+            if set(discovery.listed_hosts(current.get("data") or {})) - set(discovery.listed_hosts(data)):
+                self.draft.dropping_hosts.append(patch)
         self.status["discoveredHosts"] = list(wp.discovery_names)
         return listed
 
@@ -462,10 +474,10 @@ class _Planner:
                 patch = Patch(
                     "v1", "Pod", name_of(pod), {"metadata": {"annotations": {c.ANNOTATION_DISCOVERED_HOSTS: listed}}}
                 )
-                self.actions.append(patch)
+                self.draft.discovery.append(patch)
                 before = discovery.listed_hosts({c.DISCOVERED_HOSTS_KEY: current or ""})
                 if set(before) - set(discovery.listed_hosts({c.DISCOVERED_HOSTS_KEY: listed})):
-                    self.urgent_nudges.append(patch)
+                    self.draft.dropping_hosts.append(patch)
 
     def ensure_discovery_access(self) -> tuple[bool, str | None]:
         """The launcher's read access to its discovery list: a ServiceAccount (unless the user chose one), a
@@ -480,7 +492,7 @@ class _Planner:
             # Turned off: the grant goes. The ServiceAccount stays: a launcher may be running as it.
             for obj, kind in ((binding, "RoleBinding"), (role, "Role")):
                 if obj is not None and is_owned_by(obj, self.job):
-                    self.actions.append(Delete(rbac, kind, name, uid=uid_of(obj)))
+                    self.draft.children.append(Delete(rbac, kind, name, uid=uid_of(obj)))
             return True, None
         account = children.user_service_account(self.spec)
         if account is None:
@@ -489,25 +501,25 @@ class _Planner:
             if owned_sa is False:
                 return False, None
             if owned_sa is None:
-                self.create(children.discovery_service_account(self.job))
+                self.create_child(children.discovery_service_account(self.job))
         owned_role = self.owned_or_conflict(role, "Role", name)
         if owned_role is None:
-            self.create(children.discovery_role(self.job))
+            self.create_child(children.discovery_role(self.job))
         elif owned_role and role is not None and role.get("rules") != children.discovery_rules(self.job):
-            self.actions.append(Patch(rbac, "Role", name, {"rules": children.discovery_rules(self.job)}))
+            self.draft.children.append(Patch(rbac, "Role", name, {"rules": children.discovery_rules(self.job)}))
         owned_binding = self.owned_or_conflict(binding, "RoleBinding", name)
         desired = children.discovery_role_binding(self.job, account)
         if owned_role is False:
             if owned_binding and binding is not None:
-                self.actions.append(Delete(rbac, "RoleBinding", name, uid=uid_of(binding)))
+                self.draft.children.append(Delete(rbac, "RoleBinding", name, uid=uid_of(binding)))
         elif owned_binding is None:
-            self.create(desired)
+            self.create_child(desired)
         elif owned_binding and binding is not None:
             if binding.get("roleRef") != desired["roleRef"]:
                 # roleRef is immutable: replace the binding (created again by the next reconcile).
-                self.actions.append(Delete(rbac, "RoleBinding", name, uid=uid_of(binding)))
+                self.draft.children.append(Delete(rbac, "RoleBinding", name, uid=uid_of(binding)))
             elif binding.get("subjects") != desired["subjects"]:
-                self.actions.append(Patch(rbac, "RoleBinding", name, {"subjects": desired["subjects"]}))
+                self.draft.children.append(Patch(rbac, "RoleBinding", name, {"subjects": desired["subjects"]}))
         return True, account
 
     def ensure_secret(self) -> None:
@@ -532,7 +544,7 @@ class _Planner:
             if not uid:
                 self.secret_conflict = True
                 self.conflicts.append(f"Secret {name}")
-                self.wake.append(SECRET_RETRY_SECONDS)
+                self.draft.wake.append(SECRET_RETRY_SECONDS)
             return
         earlier = recorded is None and self.old_status.get("conditions")
         if earlier and not _reported_foreign_secret(self.old_status, name):
@@ -540,10 +552,7 @@ class _Planner:
         # The status write right after the create then says "created" (no sshSecretUID, with conditions),
         # also when retrying after a conflict ("" would otherwise survive a restart before the uid is recorded).
         self.status.pop("sshSecretUID", None)
-        self.secret_create = [
-            Create(children.ssh_secret(self.job), generate_ssh_keys=True, exclusive=True),
-            Emit("Normal", "SuccessfulCreateSecret", f"Created Secret {name}"),
-        ]
+        self.draft.secret.append(self.creation(children.ssh_secret(self.job), ssh=True, exclusive=True))
 
     def ensure_pdb(self) -> None:
         ep = self.spec.elastic_policy
@@ -552,12 +561,12 @@ class _Planner:
         owned = self.owned_or_conflict(current, "PodDisruptionBudget", name)
         if ep is None:
             if owned and current is not None:
-                self.actions.append(Delete("policy/v1", "PodDisruptionBudget", name, uid=uid_of(current)))
+                self.draft.children.append(Delete("policy/v1", "PodDisruptionBudget", name, uid=uid_of(current)))
             return
         if owned is None:
-            self.create(children.pdb(self.job, ep.min_replicas))
+            self.create_child(children.pdb(self.job, ep.min_replicas))
         elif owned and current is not None and (current.get("spec") or {}).get("minAvailable") != ep.min_replicas:
-            self.actions.append(
+            self.draft.children.append(
                 Patch("policy/v1", "PodDisruptionBudget", name, {"spec": {"minAvailable": ep.min_replicas}})
             )
 
@@ -570,9 +579,9 @@ class _Planner:
             self.conflicts.append(f"PodGroup {self.name}")
         for action in actions:
             if isinstance(action, Create):
-                self.create(action.obj)
+                self.create_child(action.obj)
             else:
-                self.actions.append(action)
+                self.draft.children.append(action)
 
     def ensure_launcher(self, wp: WorkerPlan, account: str | None) -> None:
         spec = self.spec
@@ -587,25 +596,22 @@ class _Planner:
             ready = len(wp.kept) >= spec.worker_replicas and all(pod_ready(p) for p in wp.kept)
             if spec.launcher_creation_policy is LauncherCreationPolicy.AT_STARTUP or (ready and not wp.to_create):
                 # After the workers (which follow the status write), as the reference creates them.
-                start = len(self.actions)
                 launcher = children.launcher_job(self.job, spec, discovery_account=account)
                 tmpl = launcher["spec"]["template"]
                 podgroups.decorate(tmpl["metadata"], tmpl["spec"], self.name, self.s.config.gang_scheduler)
-                self.create(launcher)
-                self.last += self.actions[start:]
-                del self.actions[start:]
+                self.draft.create.append(self.creation(launcher))
             return
         launcher_suspended = bool((current.get("spec") or {}).get("suspend"))
         if spec.run_policy.suspend and not launcher_suspended:
-            self.actions.append(Patch("batch/v1", "Job", name, {"spec": {"suspend": True}}))
+            self.draft.children.append(Patch("batch/v1", "Job", name, {"spec": {"suspend": True}}))
         elif not spec.run_policy.suspend and launcher_suspended:
             # Resume as Kueue expects: clear startTime (so the template may change), sync the scheduling
             # directives Kueue set on the MPIJob while suspended, then unsuspend.
             if (current.get("status") or {}).get("startTime"):
-                self.actions.append(
+                self.draft.children.append(
                     Patch("batch/v1", "Job", name, {"status": {"startTime": None}}, subresource="status")
                 )
-            self.actions.append(Patch("batch/v1", "Job", name, self.resume_patch(current)))
+            self.draft.children.append(Patch("batch/v1", "Job", name, self.resume_patch(current)))
 
     def resume_patch(self, current: Obj) -> Obj:
         want = children.launcher_scheduling_directives(self.spec)
@@ -726,7 +732,7 @@ class _Planner:
                 )
             )
             if st.set_condition(self.status, st.RESOURCE_CONFLICT, True, "NotOwned", message, self.now):
-                self.status_events.append(Emit("Warning", "ResourceConflict", message))
+                self.draft.status_events.append(Emit("Warning", "ResourceConflict", message))
         elif st.get_condition(self.status, st.RESOURCE_CONFLICT) is not None:
             st.set_condition(self.status, st.RESOURCE_CONFLICT, False, "Resolved", "no conflicting objects", self.now)
 
@@ -791,7 +797,7 @@ class _Planner:
             ):
                 self.delete_pod(pod, f"job finished (cleanPodPolicy {policy.value})")
         # Keep the worker counts true after cleanup (the Ready column of `kubectl get`).
-        deleted = {a.name for a in self.actions if isinstance(a, Delete)}
+        deleted = {a.name for a in self.draft.delete}
         remaining = [p for p in self.workers if not is_terminating(p) and name_of(p) not in deleted]
         worker_status = self.status["replicaStatuses"].get("Worker")
         if worker_status is not None:
@@ -803,19 +809,26 @@ class _Planner:
             left = (done - self.s.now).total_seconds() + ttl
             if left <= 0:
                 # After the status write (see run): the final status and its Event go out first.
-                self.last.append(
-                    Delete(API_VERSION, "MPIJob", self.name, uid=uid_of(self.job), propagation="Background")
+                expired = Emit("Normal", "MPIJobDeleted", f"ttlSecondsAfterFinished ({ttl}s) expired")
+                self.draft.finish.append(
+                    Delete(
+                        API_VERSION,
+                        "MPIJob",
+                        self.name,
+                        uid=uid_of(self.job),
+                        propagation="Background",
+                        announce=(expired,),
+                    )
                 )
-                self.last.append(Emit("Normal", "MPIJobDeleted", f"ttlSecondsAfterFinished ({ttl}s) expired"))
             else:
-                self.wake.append(left)
+                self.draft.wake.append(left)
 
     def write_status(self) -> None:
         self.status.setdefault("replicaStatuses", {})
         patch = _status_patch(self.job, self.old_status, self.status, self.now)
         if patch is not None:
-            self.actions.append(patch)
-            self.actions.extend(self.status_events)
+            # Announced with the status write, so a retried reconcile does not repeat them.
+            self.draft.status.append(replace(patch, announce=tuple(self.draft.status_events)))
 
 
 def _reported_foreign_secret(status: dict[str, Any], secret: str) -> bool:
@@ -858,14 +871,14 @@ def _merge_patch_to(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return patch
 
 
-def plan(snapshot: Snapshot) -> list[Action]:
-    """Everything to do for one MPIJob now. Idempotent: a converged job yields no write."""
+def plan(snapshot: Snapshot) -> Plan:
+    """Everything to do for one MPIJob now, by phase (see `Plan`). Idempotent: a converged job yields no write."""
     job = snapshot.job
     if is_terminating(job):
-        return []
+        return NOTHING
     managed_by = ((job.get("spec") or {}).get("runPolicy") or {}).get("managedBy")
     if not snapshot.config.manages(managed_by):
-        return []
+        return NOTHING
     spec, errors = validate(job)
     if spec is None or errors:
         if _started(snapshot):
@@ -874,7 +887,7 @@ def plan(snapshot: Snapshot) -> list[Action]:
     needed = absences_to_confirm(snapshot, spec)
     if needed:
         # Absence is not deletion: nothing is decided until a live read answered (issue 8, rule 1).
-        return [ConfirmAbsence(kind, name) for kind, name in needed]
+        return Plan(confirm=tuple(ConfirmAbsence(kind, name) for kind, name in needed))
     return _Planner(snapshot, spec).run()
 
 
@@ -889,7 +902,7 @@ def _started(snapshot: Snapshot) -> bool:
     )
 
 
-def _invalid_edit(snapshot: Snapshot, errors: list[str]) -> list[Action]:
+def _invalid_edit(snapshot: Snapshot, errors: list[str]) -> Plan:
     """A started job whose spec became invalid: said in a condition and a Warning naming the field, and
     nothing else. It is neither finished nor cleaned up (a typo must not end a week of training); its pods
     are left alone; fixing the spec resumes it where it was."""
@@ -901,7 +914,7 @@ def _invalid_edit(snapshot: Snapshot, errors: list[str]) -> list[Action]:
     # Only the condition changes: `state` and everything else keep what the last valid plan wrote.
     status["state"] = old.get("state", st.state(old))
     if status == old:
-        return []
+        return NOTHING
     status["lastReconcileTime"] = now
     patch = Patch(
         API_VERSION,
@@ -910,14 +923,12 @@ def _invalid_edit(snapshot: Snapshot, errors: list[str]) -> list[Action]:
         {"status": _merge_patch_to(old, status)},
         resource_version=meta(snapshot.job).get("resourceVersion"),
         subresource="status",
+        announce=(Emit("Warning", "ValidationError", message),) if flipped else (),
     )
-    actions: list[Action] = [patch]
-    if flipped:
-        actions.append(Emit("Warning", "ValidationError", message))
-    return actions
+    return Plan(status=(patch,))
 
 
-def _invalid(snapshot: Snapshot, errors: list[str]) -> list[Action]:
+def _invalid(snapshot: Snapshot, errors: list[str]) -> Plan:
     """An invalid job is marked Failed with a message naming the field, and nothing is created."""
     old = copy.deepcopy(snapshot.job.get("status") or {})
     status = copy.deepcopy(old)
@@ -928,7 +939,7 @@ def _invalid(snapshot: Snapshot, errors: list[str]) -> list[Action]:
     flipped = st.set_condition(status, st.FAILED, True, "InvalidSpec", message, now)
     status.setdefault("completionTime", now)
     patch = _status_patch(snapshot.job, old, status, now)
-    actions: list[Action] = [patch] if patch is not None else []
-    if flipped:  # announced after the status write, like every state change
-        actions.append(Emit("Warning", "ValidationError", message))
-    return actions
+    if patch is None:
+        return NOTHING
+    # Announced with the status write, like every state change.
+    return Plan(status=(replace(patch, announce=(Emit("Warning", "ValidationError", message),) if flipped else ()),))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mpijob.api.objects import get_condition, is_true
+
 CREATED = "Created"
 RUNNING = "Running"
 RESTARTING = "Restarting"
@@ -19,18 +21,7 @@ INVALID_SPEC = "InvalidSpec"
 
 Status = dict[str, Any]
 
-
-def get_condition(status: Status, kind: str) -> dict[str, Any] | None:
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == kind:
-            found: dict[str, Any] = cond
-            return found
-    return None
-
-
-def is_true(status: Status, kind: str) -> bool:
-    cond = get_condition(status, kind)
-    return cond is not None and cond.get("status") == "True"
+__all__ = ["get_condition", "is_finished", "is_true", "set_condition", "state"]
 
 
 def set_condition(status: Status, kind: str, value: bool, reason: str, message: str, now: str) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -207,7 +207,7 @@ class Metrics:
         if status == 409:
             self.api_conflicts.labels(verb, resource).inc()
 
-    def applied(self, cache: Cache, config: OperatorConfig, job: dict[str, Any], actions: list[Action]) -> None:
+    def applied(self, cache: Cache, config: OperatorConfig, job: dict[str, Any], actions: Sequence[Action]) -> None:
         """`actions` are the ones the executor applied, in order."""
         now = self.clock()
         meta = job.get("metadata") or {}
@@ -335,7 +335,7 @@ class InstrumentedExecutor(Executor):
         self.config = config
         self.cache: Cache | None = None
 
-    async def apply(self, job: dict[str, Any], actions: list[Action]) -> Outcome:
+    async def apply(self, job: dict[str, Any], actions: Sequence[Action]) -> Outcome:
         outcome = await super().apply(job, actions)
         if self.cache is not None:
             try:
