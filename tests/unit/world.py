@@ -35,10 +35,13 @@ _STATUS_SUBRESOURCE = {"MPIJob", "Pod", "Job"}
 
 class ApiError(Exception):
     def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(f"{code} {reason}: {message}")
+        super().__init__(code, reason, message)  # the args rebuild it (copy.deepcopy of a World)
         self.code = code
         self.reason = reason
         self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.reason}: {self.message}"
 
 
 # (plural, apiVersion) -> kind, for reading REST paths.
