@@ -73,7 +73,6 @@ def _outcome(world: World, before: set[str]) -> dict[str, object]:
     present = {p["metadata"]["name"] for p in world.workers("pi") if not is_terminating(p)}
     return {
         "deleted": sorted(before - present),
-        "workers": world.worker_names("pi"),
         "kept": world.kept_workers("pi"),
         "replicas": world.replicas("pi"),
         "workersToDelete": world.workers_to_delete("pi"),
