@@ -26,6 +26,7 @@ from mpijob.api.models import (
 from mpijob.planner import children, discovery, podgroups
 from mpijob.planner import status as st
 from mpijob.planner.actions import NOTHING, ConfirmAbsence, Create, Delete, Emit, Patch, Plan, Write
+from mpijob.planner.elastic import plan_elastic
 from mpijob.planner.hostfile import discover_hosts_script, hostfile
 from mpijob.planner.snapshot import (
     Obj,
@@ -43,7 +44,7 @@ from mpijob.planner.snapshot import (
     pod_ready,
     uid_of,
 )
-from mpijob.planner.workers import FINISHED_PHASES, WorkerPlan, absences_to_confirm, plan_workers, workers_of
+from mpijob.planner.workers import FINISHED_PHASES, WorkerPlan, absences_to_confirm, plan_static, workers_of
 
 
 def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
@@ -187,7 +188,7 @@ class _Planner:
         self.conflicts.append(f"{kind} {name}")
         return False
 
-    def replacement_backoff(self, wp: WorkerPlan) -> None:
+    def replacement_backoff(self, wp: WorkerPlan) -> WorkerPlan:
         """No churn: workers that keep failing (or keep landing on a terminating node) are replaced with a
         per-job exponential backoff. The first
         BACKOFF_AFTER - 1 failures are replaced at once; then each new failure waits 10 s, 20 s, ... up to
@@ -209,14 +210,15 @@ class _Planner:
         ):
             self.status.pop("recentWorkerFailures", None)
             self.status.pop("lastWorkerFailureTime", None)
-            return
+            return wp
         if count < BACKOFF_AFTER or not wp.to_create or last is None:
-            return
+            return wp
         delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** min(count - BACKOFF_AFTER, 16))
         left = (last - self.s.now).total_seconds() + delay
-        if left > 0:
-            wp.to_create = []
-            self.draft.wake.append(left)
+        if left <= 0:
+            return wp
+        self.draft.wake.append(left)
+        return replace(wp, to_create=())
 
     def landed_on_terminating_node(self, pod: Obj) -> bool:
         born = parse_time(meta(pod).get("creationTimestamp"))
@@ -289,13 +291,16 @@ class _Planner:
             self.status["startTime"] = self.now
 
         self.ensure_service()
-        wp = plan_workers(
-            self.s,
-            spec,
-            suspended=suspended,
-            last_index=self.last_worker_index(),
-            previously_leaving=list(self.old_status.get("leavingWorkers") or []),
-        )
+        if spec.elastic_policy is None:
+            wp = plan_static(self.s, spec, suspended=suspended)
+        else:
+            wp = plan_elastic(
+                self.s,
+                spec,
+                suspended=suspended,
+                last_index=self.last_worker_index(),
+                previously_leaving=list(self.old_status.get("leavingWorkers") or []),
+            )
         # 1. Record decisions in the MPIJob spec (one patch, optimistic concurrency).
         self.record_worker_decisions(wp)
         # 2. Mark leaving workers, then 3. take them out of discovery.
@@ -319,8 +324,7 @@ class _Planner:
         listed = self.ensure_config_map(wp)
         self.nudge_launcher(listed)
         # Announced after the writes that matter to the launcher: the record, the marks, discovery, the nudge.
-        for type_, reason, message in wp.events:
-            self.emit(type_, reason, message)
+        self.draft.announce += wp.events
         # One Event per decision: workers leaving because of a node are named by its NodeTerminating Event.
         announced = {name_of(s.pod) for s in wp.signals}
         leaving = [x for x in wp.to_leave if name_of(x.pod) not in announced]
@@ -340,12 +344,12 @@ class _Planner:
             self.delete_pod(pod, "suspended" if suspended else "leaving the job")
         if self.foreign_children():
             # Fail closed: a worker would mount someone else's discover_hosts.sh or SSH key.
-            wp.to_create = []
-        self.replacement_backoff(wp)
+            wp = replace(wp, to_create=())
+        wp = self.replacement_backoff(wp)
         # Slow start, as ReplicaSets do: a job cannot flood the API server (or a quota) with creates; each
         # reconcile may create about as many workers as exist, and the next one (woken by their watch
         # events) more.
-        wp.to_create = wp.to_create[: create_budget(len(self.workers))]
+        wp = replace(wp, to_create=wp.to_create[: create_budget(len(self.workers))])
         for index in wp.to_create:
             pod = children.worker_pod(self.job, spec, index, self.s.config.cluster_domain)
             podgroups.decorate(pod["metadata"], pod["spec"], self.name, self.s.config.gang_scheduler)
