@@ -5,6 +5,11 @@ never delete a pod that run would have kept.
 Each example perturbs a running elastic job (node signals, evictions, deletions, scale edits), makes one plan,
 applies only its first k actions with the real executor, then reconciles to a fixed point (no kubelet, no
 clock change) and compares with the world that applied the whole plan.
+
+Who is kept is not compared: a worker that landed on a terminating node counts toward the replacement
+backoff only in the plan that sees its node signal; once an interrupted plan has listed it, the next plan
+no longer counts it, so the interrupted run may create its replacement a backoff period earlier (known; a
+creation, never a deletion).
 """
 
 from __future__ import annotations
@@ -73,7 +78,6 @@ def _outcome(world: World, before: set[str]) -> dict[str, object]:
     present = {p["metadata"]["name"] for p in world.workers("pi") if not is_terminating(p)}
     return {
         "deleted": sorted(before - present),
-        "kept": world.kept_workers("pi"),
         "replicas": world.replicas("pi"),
         "workersToDelete": world.workers_to_delete("pi"),
         "discovered": sorted(world.discovered("pi")),

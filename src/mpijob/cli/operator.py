@@ -110,7 +110,7 @@ def _operator(args: argparse.Namespace) -> int:
         OperatorOptions(
             kubeconfig=args.kubeconfig,
             namespaces=list(dict.fromkeys(args.namespaces)),
-            workers=args.workers,
+            reconcilers=args.workers,  # the flag keeps its name; it counts reconciles, not pods
             qps=args.kube_api_qps,
             burst=args.kube_api_burst,
             log_format=args.log_format,

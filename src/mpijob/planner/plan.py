@@ -14,8 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from mpijob.api import constants as c
-from mpijob.api import rules
+from mpijob.api import constants, rules
 from mpijob.api.models import (
     API_VERSION,
     CleanPodPolicy,
@@ -24,7 +23,7 @@ from mpijob.api.models import (
     MPIJobSpec,
 )
 from mpijob.planner import children, discovery, podgroups
-from mpijob.planner import status as st
+from mpijob.planner import status as conditions
 from mpijob.planner.actions import NOTHING, ConfirmAbsence, Create, Delete, Emit, Patch, Plan, Write
 from mpijob.planner.elastic import plan_elastic
 from mpijob.planner.hostfile import discover_hosts_script, hostfile
@@ -140,7 +139,7 @@ def _kind(write: Write) -> str:
 
 class _Planner:
     def __init__(self, snapshot: Snapshot, spec: MPIJobSpec) -> None:
-        self.s = snapshot
+        self.snapshot = snapshot
         self.spec = spec
         self.job = snapshot.job
         self.name = name_of(snapshot.job)
@@ -160,7 +159,7 @@ class _Planner:
         self.draft.announce.append(Emit(type_, reason, message))
 
     def condition(self, kind: str, value: bool, reason: str, message: str, event: str | None = "Normal") -> None:
-        flipped = st.set_condition(self.status, kind, value, reason, message, self.now)
+        flipped = conditions.set_condition(self.status, kind, value, reason, message, self.now)
         if flipped and value and event:
             # Announced after the status write succeeds, so a retried reconcile does not repeat it.
             self.draft.status_events.append(Emit(event, reason, message))
@@ -188,49 +187,49 @@ class _Planner:
         self.conflicts.append(f"{kind} {name}")
         return False
 
-    def replacement_backoff(self, wp: WorkerPlan) -> WorkerPlan:
+    def replacement_backoff(self, decided: WorkerPlan) -> WorkerPlan:
         """No churn: workers that keep failing (or keep landing on a terminating node) are replaced with a
         per-job exponential backoff. The first
         BACKOFF_AFTER - 1 failures are replaced at once; then each new failure waits 10 s, 20 s, ... up to
         5 min after the last failure. The count is forgotten after 10 quiet minutes. Both live in the status,
         so a restart does not reset them."""
-        failed_now = sum(1 for leave in wp.to_leave if pod_phase(leave.pod) == "Failed") + sum(
-            1 for s in wp.signals if self.landed_on_terminating_node(s.pod)
+        failed_now = sum(1 for leave in decided.to_leave if pod_phase(leave.pod) == "Failed") + sum(
+            1 for s in decided.signals if self.landed_on_terminating_node(s.pod)
         )
         raw = self.status.get("recentWorkerFailures")
         count = raw if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= 10**6 else 0
         last = parse_time(self.status.get("lastWorkerFailureTime"))
         if failed_now:
             count += failed_now
-            last = self.s.now
+            last = self.snapshot.now
             self.status["recentWorkerFailures"] = count
             self.status["lastWorkerFailureTime"] = self.now
         elif (count or raw is not None) and (
-            last is None or (self.s.now - last).total_seconds() >= BACKOFF_RESET_SECONDS
+            last is None or (self.snapshot.now - last).total_seconds() >= BACKOFF_RESET_SECONDS
         ):
             self.status.pop("recentWorkerFailures", None)
             self.status.pop("lastWorkerFailureTime", None)
-            return wp
-        if count < BACKOFF_AFTER or not wp.to_create or last is None:
-            return wp
+            return decided
+        if count < BACKOFF_AFTER or not decided.to_create or last is None:
+            return decided
         delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** min(count - BACKOFF_AFTER, 16))
-        left = (last - self.s.now).total_seconds() + delay
+        left = (last - self.snapshot.now).total_seconds() + delay
         if left <= 0:
-            return wp
+            return decided
         self.draft.wake.append(left)
-        return replace(wp, to_create=())
+        return replace(decided, to_create=())
 
     def landed_on_terminating_node(self, pod: Obj) -> bool:
         born = parse_time(meta(pod).get("creationTimestamp"))
-        return born is not None and 0 <= (self.s.now - born).total_seconds() <= LANDED_WITHIN_SECONDS
+        return born is not None and 0 <= (self.snapshot.now - born).total_seconds() <= LANDED_WITHIN_SECONDS
 
     def foreign_children(self) -> list[str]:
         """Objects with the names of this job's Service, ConfigMap, Secret or launcher Job that it does not
         own. While any exists, no worker or launcher is created."""
         named = (
-            ("Service", self.s.service),
-            ("ConfigMap", self.s.config_map),
-            ("Job", self.s.launcher),
+            ("Service", self.snapshot.service),
+            ("ConfigMap", self.snapshot.config_map),
+            ("Job", self.snapshot.launcher),
         )
         foreign = [kind for kind, obj in named if obj is not None and not is_owned_by(obj, self.job)]
         return [*foreign, "Secret"] if self.secret_conflict else foreign
@@ -244,32 +243,34 @@ class _Planner:
             return value
         if value is not None:
             del self.status["lastWorkerIndex"]
-            taken = [i for p in self.workers if (i := c.worker_index(self.name, name_of(p))) is not None]
+            taken = [i for p in self.workers if (i := constants.worker_index(self.name, name_of(p))) is not None]
             if taken:
                 self.status["lastWorkerIndex"] = max(taken)
         return -1 if "lastWorkerIndex" not in self.status else int(self.status["lastWorkerIndex"])
 
     def api_discovery(self) -> bool:
         ep = self.spec.elastic_policy
-        return ep is not None and ep.host_discovery is HostDiscovery.API and self.s.config.api_discovery
+        return ep is not None and ep.host_discovery is HostDiscovery.API and self.snapshot.config.api_discovery
 
     # -- the plan ------------------------------------------------------------------------------------
     def run(self) -> Plan:
-        if st.is_true(self.status, st.INVALID_SPEC):
+        if conditions.is_true(self.status, conditions.INVALID_SPEC):
             # A bad edit was fixed: the job goes on from where it was.
-            st.set_condition(self.status, st.INVALID_SPEC, False, "SpecFixed", "the spec is valid again", self.now)
+            conditions.set_condition(
+                self.status, conditions.INVALID_SPEC, False, "SpecFixed", "the spec is valid again", self.now
+            )
             self.draft.status_events.append(Emit("Normal", "SpecFixed", "the spec is valid again; resuming"))
         if not self.status.get("conditions"):
             self.condition(
-                st.CREATED,
+                conditions.CREATED,
                 True,
                 "MPIJobCreated",
                 f"MPIJob {meta(self.job).get('namespace')}/{self.name} is created.",
             )
-        if not st.is_finished(self.status):
+        if not conditions.is_finished(self.status):
             # Checked first: a job whose launcher already finished gets no new workers or children.
             self.detect_finish()
-        if st.is_finished(self.status):
+        if conditions.is_finished(self.status):
             self.finished()
         else:
             self.active()
@@ -279,12 +280,12 @@ class _Planner:
     def active(self) -> None:
         spec = self.spec
         suspended = spec.run_policy.suspend
-        was_suspended = st.is_true(self.status, st.SUSPENDED)
+        was_suspended = conditions.is_true(self.status, conditions.SUSPENDED)
         if suspended:
-            self.condition(st.SUSPENDED, True, "MPIJobSuspended", "MPIJob suspended")
-            self.condition(st.RUNNING, False, "MPIJobSuspended", "MPIJob suspended", event=None)
+            self.condition(conditions.SUSPENDED, True, "MPIJobSuspended", "MPIJob suspended")
+            self.condition(conditions.RUNNING, False, "MPIJobSuspended", "MPIJob suspended", event=None)
         elif was_suspended:
-            self.condition(st.SUSPENDED, False, "MPIJobResumed", "MPIJob resumed")
+            self.condition(conditions.SUSPENDED, False, "MPIJobResumed", "MPIJob resumed")
             self.draft.status_events.append(Emit("Normal", "MPIJobResumed", "MPIJob resumed"))
             self.status["startTime"] = self.now
         if not suspended and not self.status.get("startTime"):
@@ -292,19 +293,19 @@ class _Planner:
 
         self.ensure_service()
         if spec.elastic_policy is None:
-            wp = plan_static(self.s, spec, suspended=suspended)
+            decided = plan_static(self.snapshot, spec, suspended=suspended)
         else:
-            wp = plan_elastic(
-                self.s,
+            decided = plan_elastic(
+                self.snapshot,
                 spec,
                 suspended=suspended,
                 last_index=self.last_worker_index(),
                 previously_leaving=list(self.old_status.get("leavingWorkers") or []),
             )
         # 1. Record decisions in the MPIJob spec (one patch, optimistic concurrency).
-        self.record_worker_decisions(wp)
+        self.record_worker_decisions(decided)
         # 2. Mark leaving workers, then 3. take them out of discovery.
-        for leave in wp.to_leave:
+        for leave in decided.to_leave:
             self.draft.mark.append(
                 Patch(
                     "v1",
@@ -313,21 +314,21 @@ class _Planner:
                     {
                         "metadata": {
                             "annotations": {
-                                c.ANNOTATION_LEAVING_SINCE: self.now,
-                                c.ANNOTATION_LEAVING_REASON: leave.reason,
+                                constants.ANNOTATION_LEAVING_SINCE: self.now,
+                                constants.ANNOTATION_LEAVING_REASON: leave.reason,
                             }
                         }
                     },
                     resource_version=meta(leave.pod).get("resourceVersion"),
                 )
             )
-        listed = self.ensure_config_map(wp)
+        listed = self.ensure_config_map(decided)
         self.nudge_launcher(listed)
         # Announced after the writes that matter to the launcher: the record, the marks, discovery, the nudge.
-        self.draft.announce += wp.events
+        self.draft.announce += decided.events
         # One Event per decision: workers leaving because of a node are named by its NodeTerminating Event.
-        announced = {name_of(s.pod) for s in wp.signals}
-        leaving = [x for x in wp.to_leave if name_of(x.pod) not in announced]
+        announced = {name_of(s.pod) for s in decided.signals}
+        leaving = [x for x in decided.to_leave if name_of(x.pod) not in announced]
         if leaving:
             self.emit(
                 "Normal",
@@ -340,39 +341,39 @@ class _Planner:
         self.ensure_pod_group(wanted=not suspended)
         # 4. Delete, then 5. create: after the status write, so that the status (discoveredHosts,
         #    leavingWorkers, lastWorkerIndex) records the decision before any pod goes away.
-        for pod in wp.to_delete:
+        for pod in decided.to_delete:
             self.delete_pod(pod, "suspended" if suspended else "leaving the job")
         if self.foreign_children():
             # Fail closed: a worker would mount someone else's discover_hosts.sh or SSH key.
-            wp = replace(wp, to_create=())
-        wp = self.replacement_backoff(wp)
+            decided = replace(decided, to_create=())
+        decided = self.replacement_backoff(decided)
         # Slow start, as ReplicaSets do: a job cannot flood the API server (or a quota) with creates; each
         # reconcile may create about as many workers as exist, and the next one (woken by their watch
         # events) more.
-        wp = replace(wp, to_create=wp.to_create[: create_budget(len(self.workers))])
-        for index in wp.to_create:
-            pod = children.worker_pod(self.job, spec, index, self.s.config.cluster_domain)
-            podgroups.decorate(pod["metadata"], pod["spec"], self.name, self.s.config.gang_scheduler)
+        decided = replace(decided, to_create=decided.to_create[: create_budget(len(self.workers))])
+        for index in decided.to_create:
+            pod = children.worker_pod(self.job, spec, index, self.snapshot.config.cluster_domain)
+            podgroups.decorate(pod["metadata"], pod["spec"], self.name, self.snapshot.config.gang_scheduler)
             self.draft.create.append(self.creation(pod))
-        if wp.to_create:
-            self.status["lastWorkerIndex"] = max([*wp.to_create, self.last_worker_index()])
-        for name in wp.foreign_names:
+        if decided.to_create:
+            self.status["lastWorkerIndex"] = max([*decided.to_create, self.last_worker_index()])
+        for name in decided.foreign_names:
             self.conflicts.append(f"Pod {name}")
-        if wp.wake_after is not None:
-            self.draft.wake.append(wp.wake_after)
+        if decided.wake_after is not None:
+            self.draft.wake.append(decided.wake_after)
 
         ready, account = self.ensure_discovery_access()
         if ready:
-            self.ensure_launcher(wp, account)
-        self.worker_status(wp)
+            self.ensure_launcher(decided, account)
+        self.worker_status(decided)
         self.conflict_condition()
 
-    def record_worker_decisions(self, wp: WorkerPlan) -> None:
+    def record_worker_decisions(self, decided: WorkerPlan) -> None:
         patch: dict[str, Any] = {}
-        if wp.new_replicas is not None:
-            patch.setdefault("spec", {})["mpiReplicaSpecs"] = {"Worker": {"replicas": wp.new_replicas}}
-        if wp.new_workers_to_delete is not None:
-            patch.setdefault("spec", {})["elasticPolicy"] = {"workersToDelete": wp.new_workers_to_delete}
+        if decided.new_replicas is not None:
+            patch.setdefault("spec", {})["mpiReplicaSpecs"] = {"Worker": {"replicas": decided.new_replicas}}
+        if decided.new_workers_to_delete is not None:
+            patch.setdefault("spec", {})["elasticPolicy"] = {"workersToDelete": decided.new_workers_to_delete}
         if patch:
             self.draft.record.append(
                 Patch(
@@ -386,7 +387,7 @@ class _Planner:
 
     def ensure_service(self) -> None:
         desired = children.service(self.job, self.spec)
-        current = self.s.service
+        current = self.snapshot.service
         owned = self.owned_or_conflict(current, "Service", self.name)
         # Discovery phase, first: the Service makes the host names the ConfigMap lists resolve.
         if owned is None:
@@ -412,22 +413,22 @@ class _Planner:
                     )
                 )
 
-    def ensure_config_map(self, wp: WorkerPlan) -> str:
+    def ensure_config_map(self, decided: WorkerPlan) -> str:
         """The hostfile, discover_hosts.sh and the discovery list; returns the list."""
-        domain = self.s.config.cluster_domain
+        domain = self.snapshot.config.cluster_domain
         slots = self.spec.slots_per_worker
         launcher_host = (
-            children.worker_host(self.job, c.launcher_name(self.name), domain)
+            children.worker_host(self.job, constants.launcher_name(self.name), domain)
             if self.spec.run_launcher_as_worker
             else None
         )
-        hosts = [children.worker_host(self.job, n, domain) for n in wp.hostfile_names]
-        discovered = [children.worker_host(self.job, n, domain) for n in wp.discovery_names]
-        name = c.config_map_name(self.name)
-        current = self.s.config_map
+        hosts = [children.worker_host(self.job, n, domain) for n in decided.hostfile_names]
+        discovered = [children.worker_host(self.job, n, domain) for n in decided.discovery_names]
+        name = constants.config_map_name(self.name)
+        current = self.snapshot.config_map
         namespace = str(meta(self.job).get("namespace"))
         listed = discovery.desired_payload(
-            ((current or {}).get("data") or {}).get(c.DISCOVERED_HOSTS_KEY) if current is not None else None,
+            ((current or {}).get("data") or {}).get(constants.DISCOVERED_HOSTS_KEY) if current is not None else None,
             namespace,
             self.name,
             ([launcher_host] if launcher_host else []) + discovered,
@@ -440,9 +441,9 @@ class _Planner:
             # Static jobs keep the reference's plain script: their hosts only change while they start.
             script = discover_hosts_script(discovered, slots, launcher_host)
         data = {
-            c.HOSTFILE_KEY: hostfile(hosts, slots, self.spec.mpi_implementation, launcher_host),
-            c.DISCOVER_HOSTS_KEY: script,
-            c.DISCOVERED_HOSTS_KEY: listed,
+            constants.HOSTFILE_KEY: hostfile(hosts, slots, self.spec.mpi_implementation, launcher_host),
+            constants.DISCOVER_HOSTS_KEY: script,
+            constants.DISCOVERED_HOSTS_KEY: listed,
         }
         owned = self.owned_or_conflict(current, "ConfigMap", name)
         if owned is None:
@@ -460,7 +461,7 @@ class _Planner:
             self.draft.discovery.append(patch)
             if set(discovery.listed_hosts(current.get("data") or {})) - set(discovery.listed_hosts(data)):
                 self.draft.dropping_hosts.append(patch)
-        self.status["discoveredHosts"] = list(wp.discovery_names)
+        self.status["discoveredHosts"] = list(decided.discovery_names)
         return listed
 
     def nudge_launcher(self, listed: str) -> None:
@@ -473,14 +474,17 @@ class _Planner:
         for pod in self.launcher_pods:
             if is_terminating(pod) or pod_phase(pod) in FINISHED_PHASES:
                 continue
-            current = annotations_of(pod).get(c.ANNOTATION_DISCOVERED_HOSTS)
+            current = annotations_of(pod).get(constants.ANNOTATION_DISCOVERED_HOSTS)
             if current != listed:
                 patch = Patch(
-                    "v1", "Pod", name_of(pod), {"metadata": {"annotations": {c.ANNOTATION_DISCOVERED_HOSTS: listed}}}
+                    "v1",
+                    "Pod",
+                    name_of(pod),
+                    {"metadata": {"annotations": {constants.ANNOTATION_DISCOVERED_HOSTS: listed}}},
                 )
                 self.draft.discovery.append(patch)
-                before = discovery.listed_hosts({c.DISCOVERED_HOSTS_KEY: current or ""})
-                if set(before) - set(discovery.listed_hosts({c.DISCOVERED_HOSTS_KEY: listed})):
+                before = discovery.listed_hosts({constants.DISCOVERED_HOSTS_KEY: current or ""})
+                if set(before) - set(discovery.listed_hosts({constants.DISCOVERED_HOSTS_KEY: listed})):
                     self.draft.dropping_hosts.append(patch)
 
     def ensure_discovery_access(self) -> tuple[bool, str | None]:
@@ -489,9 +493,9 @@ class _Planner:
         created, and the account it should run as. Objects with these names that this job does not own are
         never used: a foreign ServiceAccount holds the launcher back (it would run as someone else), a foreign
         Role is never bound (our binding would grant whatever it grants)."""
-        name = c.discovery_rbac_name(self.name)
+        name = constants.discovery_rbac_name(self.name)
         rbac = "rbac.authorization.k8s.io/v1"
-        role, binding = self.s.role, self.s.role_binding
+        role, binding = self.snapshot.role, self.snapshot.role_binding
         if not self.api_discovery():
             # Turned off: the grant goes. The ServiceAccount stays: a launcher may be running as it.
             for obj, kind in ((binding, "RoleBinding"), (role, "Role")):
@@ -501,7 +505,7 @@ class _Planner:
         account = children.user_service_account(self.spec)
         if account is None:
             account = name
-            owned_sa = self.owned_or_conflict(self.s.service_account, "ServiceAccount", name)
+            owned_sa = self.owned_or_conflict(self.snapshot.service_account, "ServiceAccount", name)
             if owned_sa is False:
                 return False, None
             if owned_sa is None:
@@ -538,12 +542,12 @@ class _Planner:
         - `sshSecretUID` empty: a create found the name taken; retried every SECRET_RETRY_SECONDS.
         The only ambiguous case is a crash between a successful create and the status write right after it:
         the next create then finds the name taken, and the job reports ResourceConflict (fail closed)."""
-        name = c.secret_name(self.name)
+        name = constants.secret_name(self.name)
         recorded = self.old_status.get("sshSecretUID")
         if isinstance(recorded, str) and recorded:
             return
-        if ("Secret", name) in self.s.created:
-            uid = self.s.created[("Secret", name)]
+        if ("Secret", name) in self.snapshot.created:
+            uid = self.snapshot.created[("Secret", name)]
             self.status["sshSecretUID"] = uid or ""
             if not uid:
                 self.secret_conflict = True
@@ -560,8 +564,8 @@ class _Planner:
 
     def ensure_pdb(self) -> None:
         ep = self.spec.elastic_policy
-        name = c.pdb_name(self.name)
-        current = self.s.pdb
+        name = constants.pdb_name(self.name)
+        current = self.snapshot.pdb
         owned = self.owned_or_conflict(current, "PodDisruptionBudget", name)
         if ep is None:
             if owned and current is not None:
@@ -577,7 +581,7 @@ class _Planner:
     def ensure_pod_group(self, *, wanted: bool) -> None:
         """The gang scheduler's PodGroup: there while the job runs, gone when suspended or finished."""
         actions, conflict = podgroups.plan_pod_group(
-            self.job, self.spec, self.s.pod_group, self.s.config.gang_scheduler, wanted=wanted
+            self.job, self.spec, self.snapshot.pod_group, self.snapshot.config.gang_scheduler, wanted=wanted
         )
         if conflict:
             self.conflicts.append(f"PodGroup {self.name}")
@@ -587,22 +591,22 @@ class _Planner:
             else:
                 self.draft.children.append(action)
 
-    def ensure_launcher(self, wp: WorkerPlan, account: str | None) -> None:
+    def ensure_launcher(self, decided: WorkerPlan, account: str | None) -> None:
         spec = self.spec
-        name = c.launcher_name(self.name)
-        current = self.s.launcher
+        name = constants.launcher_name(self.name)
+        current = self.snapshot.launcher
         owned = self.owned_or_conflict(current, "Job", name)
         if owned is False:
             return
         if current is None:
             if self.foreign_children():
                 return
-            ready = len(wp.kept) >= spec.worker_replicas and all(pod_ready(p) for p in wp.kept)
-            if spec.launcher_creation_policy is LauncherCreationPolicy.AT_STARTUP or (ready and not wp.to_create):
+            ready = len(decided.kept) >= spec.worker_replicas and all(pod_ready(p) for p in decided.kept)
+            if spec.launcher_creation_policy is LauncherCreationPolicy.AT_STARTUP or (ready and not decided.to_create):
                 # After the workers (which follow the status write), as the reference creates them.
                 launcher = children.launcher_job(self.job, spec, discovery_account=account)
                 tmpl = launcher["spec"]["template"]
-                podgroups.decorate(tmpl["metadata"], tmpl["spec"], self.name, self.s.config.gang_scheduler)
+                podgroups.decorate(tmpl["metadata"], tmpl["spec"], self.name, self.snapshot.config.gang_scheduler)
                 self.draft.create.append(self.creation(launcher))
             return
         launcher_suspended = bool((current.get("spec") or {}).get("suspend"))
@@ -621,7 +625,7 @@ class _Planner:
         want = children.launcher_scheduling_directives(self.spec)
         tmpl = (current.get("spec") or {}).get("template") or {}
         cur_meta = tmpl.get("metadata") or {}
-        default = children.default_labels(self.name, c.ROLE_LAUNCHER)
+        default = children.default_labels(self.name, constants.ROLE_LAUNCHER)
 
         def replace_map(old: dict[str, Any] | None, new: dict[str, Any] | None, keep: dict[str, str]) -> dict[str, Any]:
             merged: dict[str, Any] = {k: None for k in (old or {}) if k not in keep}
@@ -635,9 +639,9 @@ class _Planner:
         keep_labels = {
             k: v
             for k, v in (cur_meta.get("labels") or {}).items()
-            if k in default or k == c.LABEL_REPLICA_INDEX or k in selector
+            if k in default or k == constants.LABEL_REPLICA_INDEX or k in selector
         }
-        gang = self.s.config.gang_scheduler
+        gang = self.snapshot.config.gang_scheduler
         keep_labels.update(podgroups.group_labels(self.name, gang))
         want["annotations"] = {**(want["annotations"] or {}), **podgroups.group_annotations(self.name, gang)}
         return {
@@ -660,13 +664,13 @@ class _Planner:
             }
         }
 
-    def worker_status(self, wp: WorkerPlan) -> None:
+    def worker_status(self, decided: WorkerPlan) -> None:
         workers = self.workers
         live = [p for p in workers if not is_terminating(p)]
-        running = [p for p in wp.kept if pod_phase(p) == "Running"]
+        running = [p for p in decided.kept if pod_phase(p) == "Running"]
         worker_status: dict[str, Any] = {
             "active": len(running),
-            "ready": sum(1 for p in wp.kept if pod_ready(p)),
+            "ready": sum(1 for p in decided.kept if pod_ready(p)),
             "selector": children.worker_selector(self.name),
         }
         failed = sum(1 for p in live if pod_phase(p) == "Failed")
@@ -678,39 +682,44 @@ class _Planner:
         statuses = self.status.setdefault("replicaStatuses", {})
         statuses["Worker"] = worker_status
         statuses["Launcher"] = self.launcher_status()
-        self.status["leavingWorkers"] = sorted(wp.leaving)
+        self.status["leavingWorkers"] = sorted(decided.leaving)
 
         if self.spec.run_policy.suspend:
             return
         launcher_running = any(pod_phase(p) == "Running" for p in self.launcher_pods)
         ep = self.spec.elastic_policy
         enough = (
-            len(running) >= ep.min_replicas if ep else len(running) == self.spec.worker_replicas and not wp.to_create
+            len(running) >= ep.min_replicas
+            if ep
+            else len(running) == self.spec.worker_replicas and not decided.to_create
         )
         if ep is not None:
             self.floor_condition(len(running), ep.min_replicas)
         if launcher_running and enough:
             self.condition(
-                st.RUNNING,
+                conditions.RUNNING,
                 True,
                 "MPIJobRunning",
                 f"MPIJob {meta(self.job).get('namespace')}/{self.name} is running.",
             )
-        elif st.is_true(self.status, st.RUNNING):
+        elif conditions.is_true(self.status, conditions.RUNNING):
             why = "launcher is not running" if not launcher_running else "not enough workers are running"
-            self.condition(st.RUNNING, False, "MPIJobNotRunning", why, event=None)
+            self.condition(conditions.RUNNING, False, "MPIJobNotRunning", why, event=None)
 
     def floor_condition(self, running: int, floor: int) -> None:
         """Says when a job that was running cannot hold its floor (workers lost faster than replaced, or
         replacements that cannot be placed), and when it holds it again."""
         below = running < floor
-        if below and (st.is_true(self.old_status, st.RUNNING) or st.is_true(self.status, st.BELOW_MIN_REPLICAS)):
+        if below and (
+            conditions.is_true(self.old_status, conditions.RUNNING)
+            or conditions.is_true(self.status, conditions.BELOW_MIN_REPLICAS)
+        ):
             message = f"{running} of minReplicas {floor} workers are running"
             # No Event: a worker lost at the floor dips below it until its replacement runs; that is normal.
-            self.condition(st.BELOW_MIN_REPLICAS, True, "BelowMinReplicas", message, event=None)
-        elif not below and st.is_true(self.status, st.BELOW_MIN_REPLICAS):
+            self.condition(conditions.BELOW_MIN_REPLICAS, True, "BelowMinReplicas", message, event=None)
+        elif not below and conditions.is_true(self.status, conditions.BELOW_MIN_REPLICAS):
             self.condition(
-                st.BELOW_MIN_REPLICAS, False, "MinReplicasRunning", f"{running} workers are running", event=None
+                conditions.BELOW_MIN_REPLICAS, False, "MinReplicasRunning", f"{running} workers are running", event=None
             )
 
     def launcher_status(self) -> dict[str, Any]:
@@ -718,7 +727,7 @@ class _Planner:
         active = sum(1 for p in self.launcher_pods if pod_phase(p) == "Running")
         if active:
             out["active"] = active
-        job_status = (self.s.launcher or {}).get("status") or {}
+        job_status = (self.snapshot.launcher or {}).get("status") or {}
         for key in ("failed", "succeeded"):
             if job_status.get(key):
                 out[key] = job_status[key]
@@ -735,19 +744,21 @@ class _Planner:
                     else ""
                 )
             )
-            if st.set_condition(self.status, st.RESOURCE_CONFLICT, True, "NotOwned", message, self.now):
+            if conditions.set_condition(self.status, conditions.RESOURCE_CONFLICT, True, "NotOwned", message, self.now):
                 self.draft.status_events.append(Emit("Warning", "ResourceConflict", message))
-        elif st.get_condition(self.status, st.RESOURCE_CONFLICT) is not None:
-            st.set_condition(self.status, st.RESOURCE_CONFLICT, False, "Resolved", "no conflicting objects", self.now)
+        elif conditions.get_condition(self.status, conditions.RESOURCE_CONFLICT) is not None:
+            conditions.set_condition(
+                self.status, conditions.RESOURCE_CONFLICT, False, "Resolved", "no conflicting objects", self.now
+            )
 
     def detect_finish(self) -> None:
-        launcher = self.s.launcher
+        launcher = self.snapshot.launcher
         if launcher is not None and is_owned_by(launcher, self.job):
             if condition_true(launcher, "Complete"):
                 done = (launcher.get("status") or {}).get("completionTime") or self.now
                 self.status["completionTime"] = done
                 self.condition(
-                    st.SUCCEEDED,
+                    conditions.SUCCEEDED,
                     True,
                     "MPIJobSucceeded",
                     f"MPIJob {meta(self.job).get('namespace')}/{self.name} successfully completed.",
@@ -765,7 +776,7 @@ class _Planner:
                     if pst.get("message"):
                         message = f"{message}: {pst['message']}"
                 self.status["completionTime"] = self.now
-                self.condition(st.FAILED, True, reason, message, event="Warning")
+                self.condition(conditions.FAILED, True, reason, message, event="Warning")
                 return
         if self.spec.elastic_policy is None:
             evicted = [
@@ -777,7 +788,7 @@ class _Planner:
                 total = len(self.workers)
                 self.status["completionTime"] = self.now
                 self.condition(
-                    st.FAILED,
+                    conditions.FAILED,
                     True,
                     "MPIJobEvicted",
                     f"{len(evicted)}/{total} workers are evicted",
@@ -786,8 +797,12 @@ class _Planner:
 
     def finished(self) -> None:
         # Running is cleared when the job finishes (reference #787).
-        if st.get_condition(self.status, st.RUNNING) is None or st.is_true(self.status, st.RUNNING):
-            st.set_condition(self.status, st.RUNNING, False, "MPIJobFinished", "MPIJob finished", self.now)
+        if conditions.get_condition(self.status, conditions.RUNNING) is None or conditions.is_true(
+            self.status, conditions.RUNNING
+        ):
+            conditions.set_condition(
+                self.status, conditions.RUNNING, False, "MPIJobFinished", "MPIJob finished", self.now
+            )
         if not self.status.get("completionTime"):
             self.status["completionTime"] = self.now
         self.status.setdefault("replicaStatuses", {})["Launcher"] = self.launcher_status()
@@ -810,7 +825,7 @@ class _Planner:
         ttl = self.spec.run_policy.ttl_seconds_after_finished
         done = parse_time(self.status.get("completionTime"))
         if ttl is not None and done is not None:
-            left = (done - self.s.now).total_seconds() + ttl
+            left = (done - self.snapshot.now).total_seconds() + ttl
             if left <= 0:
                 # After the status write (see run): the final status and its Event go out first.
                 expired = Emit("Normal", "MPIJobDeleted", f"ttlSecondsAfterFinished ({ttl}s) expired")
@@ -837,14 +852,14 @@ class _Planner:
 
 def _reported_foreign_secret(status: dict[str, Any], secret: str) -> bool:
     """An operator version that watched Secrets said this job's Secret name was taken by someone else."""
-    cond = st.get_condition(status, st.RESOURCE_CONFLICT) or {}
+    cond = conditions.get_condition(status, conditions.RESOURCE_CONFLICT) or {}
     return cond.get("status") == "True" and f"Secret {secret}" in str(cond.get("message") or "")
 
 
 def _status_patch(job: Obj, old: dict[str, Any], new: dict[str, Any], now: str) -> Patch | None:
     """The status write, only when the status changed (a steady job writes nothing), optimistic on the
     job's resourceVersion. Sets `state` (and `lastReconcileTime` when writing) on `new`."""
-    new["state"] = st.state(new)
+    new["state"] = conditions.state(new)
     if new == old:
         return None
     new["lastReconcileTime"] = now
@@ -914,9 +929,9 @@ def _invalid_edit(snapshot: Snapshot, errors: list[str]) -> Plan:
     status = copy.deepcopy(old)
     now = format_time(snapshot.now)
     message = "; ".join(errors) + "; the job is left as it was until the spec is fixed"
-    flipped = st.set_condition(status, st.INVALID_SPEC, True, "InvalidSpecEdit", message, now)
+    flipped = conditions.set_condition(status, conditions.INVALID_SPEC, True, "InvalidSpecEdit", message, now)
     # Only the condition changes: `state` and everything else keep what the last valid plan wrote.
-    status["state"] = old.get("state", st.state(old))
+    status["state"] = old.get("state", conditions.state(old))
     if status == old:
         return NOTHING
     status["lastReconcileTime"] = now
@@ -939,8 +954,8 @@ def _invalid(snapshot: Snapshot, errors: list[str]) -> Plan:
     now = format_time(snapshot.now)
     message = "; ".join(errors)
     if not status.get("conditions"):
-        st.set_condition(status, st.CREATED, True, "MPIJobCreated", "MPIJob is created.", now)
-    flipped = st.set_condition(status, st.FAILED, True, "InvalidSpec", message, now)
+        conditions.set_condition(status, conditions.CREATED, True, "MPIJobCreated", "MPIJob is created.", now)
+    flipped = conditions.set_condition(status, conditions.FAILED, True, "InvalidSpec", message, now)
     status.setdefault("completionTime", now)
     patch = _status_patch(snapshot.job, old, status, now)
     if patch is None:

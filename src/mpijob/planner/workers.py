@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from mpijob.api import constants as c
+from mpijob.api import constants
 from mpijob.api.models import MPIJobSpec, NodeTerminationPolicy
 from mpijob.planner.actions import Emit
 from mpijob.planner.ranking import rank_victims
@@ -79,14 +79,17 @@ def workers_of(snapshot: Snapshot) -> list[Obj]:
         for p in snapshot.owned_pods
         if is_owned_by(p, snapshot.job)
         and (
-            labels_of(p).get(c.LABEL_JOB_ROLE) == c.ROLE_WORKER
-            or (labels_of(p).get(c.LABEL_JOB_ROLE) is None and c.worker_index(job_name, name_of(p)) is not None)
+            labels_of(p).get(constants.LABEL_JOB_ROLE) == constants.ROLE_WORKER
+            or (
+                labels_of(p).get(constants.LABEL_JOB_ROLE) is None
+                and constants.worker_index(job_name, name_of(p)) is not None
+            )
         )
     ]
 
 
 def index_of(job_name: str, pod: Obj) -> int:
-    index = c.worker_index(job_name, name_of(pod))
+    index = constants.worker_index(job_name, name_of(pod))
     return -1 if index is None else index
 
 
@@ -155,7 +158,7 @@ def absences_to_confirm(snapshot: Snapshot, spec: MPIJobSpec) -> list[tuple[str,
         for name in (snapshot.job.get("status") or {}).get("discoveredHosts") or []:
             if not isinstance(name, str) or name in names or name in listed:
                 continue
-            if c.worker_index(name_of(snapshot.job), name) is None:
+            if constants.worker_index(name_of(snapshot.job), name) is None:
                 continue  # not a name of ours: never counted, nothing to confirm
             if ("Pod", name) not in snapshot.absence_checks:
                 needed.append(("Pod", name))
@@ -163,23 +166,23 @@ def absences_to_confirm(snapshot: Snapshot, spec: MPIJobSpec) -> list[tuple[str,
 
 
 def is_leaving(pod: Obj) -> bool:
-    return c.ANNOTATION_LEAVING_SINCE in annotations_of(pod)
+    return constants.ANNOTATION_LEAVING_SINCE in annotations_of(pod)
 
 
 def leaving_since(pod: Obj, default: datetime) -> datetime:
     # Never later than now: a time in the future (edited by hand) would keep the worker leaving forever.
-    since = parse_time(annotations_of(pod).get(c.ANNOTATION_LEAVING_SINCE)) or default
+    since = parse_time(annotations_of(pod).get(constants.ANNOTATION_LEAVING_SINCE)) or default
     return min(since, default)
 
 
 def unreadable_leaving_since(pod: Obj, now: datetime) -> bool:
-    since = parse_time(annotations_of(pod).get(c.ANNOTATION_LEAVING_SINCE))
+    since = parse_time(annotations_of(pod).get(constants.ANNOTATION_LEAVING_SINCE))
     return since is None or since > now
 
 
 def is_foreign(snapshot: Snapshot, job_name: str, index: int) -> bool:
     """The worker name for `index` is held by a pod that is not ours (a direct lookup, no scan)."""
-    pod = snapshot.pods_by_name.get(c.worker_name(job_name, index))
+    pod = snapshot.pods_by_name.get(constants.worker_name(job_name, index))
     return pod is not None and not is_owned_by(pod, snapshot.job)
 
 
@@ -193,8 +196,8 @@ def describe_bad_name(snapshot: Snapshot, name: str) -> str:
         return "names a pod in another namespace; only this job's workers can be listed"
     if other is None:
         return "no such pod"
-    if labels_of(other).get(c.LABEL_JOB_NAME) == name_of(snapshot.job) and (
-        labels_of(other).get(c.LABEL_JOB_ROLE) == c.ROLE_LAUNCHER
+    if labels_of(other).get(constants.LABEL_JOB_NAME) == name_of(snapshot.job) and (
+        labels_of(other).get(constants.LABEL_JOB_ROLE) == constants.ROLE_LAUNCHER
     ):
         return "is the launcher, not a worker"
     if not is_owned_by(other, snapshot.job):
@@ -210,7 +213,7 @@ def plan_static(snapshot: Snapshot, spec: MPIJobSpec, *, suspended: bool) -> Wor
     live = [p for p in workers if not is_terminating(p)]
     to_delete = []
     for pod in live:
-        index = c.worker_index(job_name, name_of(pod))
+        index = constants.worker_index(job_name, name_of(pod))
         if suspended or index is None or index >= replicas:
             to_delete.append(pod)
     present = {index_of(job_name, p) for p in workers}
@@ -221,7 +224,7 @@ def plan_static(snapshot: Snapshot, spec: MPIJobSpec, *, suspended: bool) -> Wor
         to_delete=tuple(to_delete),
         to_create=() if suspended else tuple(i for i in range(replicas) if i not in present and i not in foreign),
         kept=tuple(kept),
-        hostfile_names=tuple(c.worker_name(job_name, i) for i in range(replicas)),
+        hostfile_names=tuple(constants.worker_name(job_name, i) for i in range(replicas)),
         discovery_names=tuple(name_of(p) for p in kept if pod_phase(p) == "Running"),
-        foreign_names=tuple(c.worker_name(job_name, i) for i in sorted(foreign)),
+        foreign_names=tuple(constants.worker_name(job_name, i) for i in sorted(foreign)),
     )

@@ -37,7 +37,8 @@ log = logging.getLogger("mpijob.operator")
 class OperatorOptions:
     kubeconfig: str | None = None
     namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
-    workers: int = 16  # concurrent reconciles: they mostly wait on the API server (docs/results.md)
+    # Concurrent reconciles (the CLI's --workers): they mostly wait on the API server (docs/results.md).
+    reconcilers: int = 16
     qps: float = 50.0
     burst: int = 100
     log_format: str = "text"
@@ -167,7 +168,7 @@ async def run(
     controller = InstrumentedController(
         executor,
         config,
-        workers=options.workers,
+        reconcilers=options.reconcilers,
         # The API server's clock, so that grace periods mean the same to every leader (issue 8, rule 11).
         clock=client.clock.now,
         metrics=metrics,
@@ -220,23 +221,23 @@ async def run(
     else:
         controller.leading.set()
         election = None
-    workers = asyncio.create_task(controller.run_workers())
+    reconcilers = asyncio.create_task(controller.run_reconcilers())
     relist = asyncio.create_task(_resync(controller, executor.client, options))
     log.info(
-        "operator started: namespaces=%s workers=%d qps=%s burst=%d",
+        "operator started: namespaces=%s reconcilers=%d qps=%s burst=%d",
         options.namespaces or "all",
-        options.workers,
+        options.reconcilers,
         options.qps,
         options.burst,
     )
     try:
         await kopf_task
     finally:
-        workers.cancel()
+        reconcilers.cancel()
         relist.cancel()
         if election is not None:
             election.cancel()
-        await asyncio.gather(workers, relist, *([election] if election else []), return_exceptions=True)
+        await asyncio.gather(reconcilers, relist, *([election] if election else []), return_exceptions=True)
         controller.queue.shutdown()
         await api.close()
     return controller
