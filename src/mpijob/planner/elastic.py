@@ -246,11 +246,27 @@ def departures(
     *,
     suspended: bool,
 ) -> Departures:
-    """Who leaves: listed workers, failed ones, the excess (ranked), all of them when suspended. Leaving
-    workers are deleted once the grace period has passed; at once if they are not serving (not Running),
-    their node is gone, or nothing else is left to wait for."""
+    """Who leaves (`leavers`), then who of the leaving is deleted now (`deletions`)."""
+    kept, to_leave, on_the_way_out = leavers(snapshot, workers, terminations, record, suspended=suspended)
+    leaving, to_delete, wake_after = deletions(
+        snapshot, policy, workers, to_leave, on_the_way_out, terminations, suspended=suspended
+    )
     job_name = name_of(snapshot.job)
-    now = snapshot.now
+    return Departures(
+        kept=tuple(sorted(kept, key=lambda p: index_of(job_name, p))),
+        to_leave=tuple(to_leave),
+        leaving=tuple(leaving),
+        to_delete=tuple(to_delete),
+        wake_after=wake_after,
+    )
+
+
+def leavers(
+    snapshot: Snapshot, workers: Sequence[Obj], terminations: Terminations, record: Record, *, suspended: bool
+) -> tuple[list[Obj], list[Leave], list[str]]:
+    """(kept, to mark leaving now, terminating and already on their way out). Leaving: listed workers, failed
+    ones, the excess (ranked), all of them when suspended."""
+    job_name = name_of(snapshot.job)
     listed = set(terminations.workers_to_delete)
 
     def counts(pod: Obj) -> bool:
@@ -263,7 +279,7 @@ def departures(
 
     kept = [p for p in workers if counts(p)]
     to_leave: list[Leave] = []
-    leaving: list[str] = []
+    on_the_way_out: list[str] = []
     for pod in workers:
         name = name_of(pod)
         if is_leaving(pod):
@@ -271,13 +287,13 @@ def departures(
             # discovery change. Mark it again, so the grace period counts from when it really left.
             # Or its time is unreadable or in the future (edited by hand): mark it again with a good one, or
             # it would count from "now" at every reconcile and never be deleted.
-            redo = name in record.in_discovery or unreadable_leaving_since(pod, now)
+            redo = name in record.in_discovery or unreadable_leaving_since(pod, snapshot.now)
             if redo and pod_phase(pod) == "Running" and not is_terminating(pod):
                 reason = annotations_of(pod).get(constants.ANNOTATION_LEAVING_REASON, "workersToDelete")
                 to_leave.append(Leave(pod, reason))
         elif is_terminating(pod):
             if name in listed or name in record.leaving:
-                leaving.append(name)  # already on its way out: nothing to mark, leaving till gone
+                on_the_way_out.append(name)  # nothing to mark, leaving till gone
         elif name in listed:
             to_leave.append(Leave(pod, "workersToDelete"))
         elif not counts(pod):
@@ -291,9 +307,26 @@ def departures(
         to_leave += [Leave(p, "suspended" if suspended else "scale-down") for p in excess]
         excess_names = {name_of(p) for p in excess}
         kept = [p for p in kept if name_of(p) not in excess_names]
+    return kept, to_leave, on_the_way_out
 
+
+def deletions(
+    snapshot: Snapshot,
+    policy: ElasticPolicy,
+    workers: Sequence[Obj],
+    to_leave: Sequence[Leave],
+    on_the_way_out: Sequence[str],
+    terminations: Terminations,
+    *,
+    suspended: bool,
+) -> tuple[list[str], list[Obj], float | None]:
+    """(leaving, to delete now, seconds until the next is due). Leaving workers are deleted once the grace
+    period has passed; at once if they are not serving (not Running), their node is gone, or nothing else is
+    left to wait for."""
+    now = snapshot.now
     grace = timedelta(seconds=policy.scale_in_grace_period_seconds)
     marked_now = {name_of(leave.pod) for leave in to_leave}
+    leaving = list(on_the_way_out)
     to_delete: list[Obj] = []
     wake_after: float | None = None
     for pod in workers:
@@ -314,13 +347,7 @@ def departures(
     # Listed workers already gone show as leaving until the next reconcile drops their names (step 2).
     present = {name_of(p) for p in workers}
     leaving += [n for n in terminations.workers_to_delete if n not in present]
-    return Departures(
-        kept=tuple(sorted(kept, key=lambda p: index_of(job_name, p))),
-        to_leave=tuple(to_leave),
-        leaving=tuple(leaving),
-        to_delete=tuple(to_delete),
-        wake_after=wake_after,
-    )
+    return leaving, to_delete, wake_after
 
 
 @dataclass(frozen=True)
