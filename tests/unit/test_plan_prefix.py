@@ -84,7 +84,7 @@ def _outcome(world: World, before: set[str]) -> dict[str, object]:
     }
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     nodes=st.integers(1, 4),
     low=st.integers(1, 3),
