@@ -278,8 +278,28 @@ class _Planner:
         return self.draft.freeze()
 
     def active(self) -> None:
-        spec = self.spec
-        suspended = spec.run_policy.suspend
+        """A job that has not finished: its workers' decisions, then its children, launcher and status. The
+        order the writes go out in is Plan.PHASES, whatever the order of the calls here."""
+        suspended = self.spec.run_policy.suspend
+        self.suspension(suspended)
+        self.ensure_service()
+        decided = self.decide_workers(suspended)
+        self.record_worker_decisions(decided)
+        self.mark_leaving(decided)
+        listed = self.ensure_config_map(decided)
+        self.nudge_launcher(listed)
+        self.announce_decisions(decided)
+        self.ensure_secret()
+        self.ensure_pdb()
+        self.ensure_pod_group(wanted=not suspended)
+        decided = self.worker_writes(decided, suspended)
+        ready, account = self.ensure_discovery_access()
+        if ready:
+            self.ensure_launcher(decided, account)
+        self.worker_status(decided)
+        self.conflict_condition()
+
+    def suspension(self, suspended: bool) -> None:
         was_suspended = conditions.is_true(self.status, conditions.SUSPENDED)
         if suspended:
             self.condition(conditions.SUSPENDED, True, "MPIJobSuspended", "MPIJob suspended")
@@ -291,56 +311,53 @@ class _Planner:
         if not suspended and not self.status.get("startTime"):
             self.status["startTime"] = self.now
 
-        self.ensure_service()
-        if spec.elastic_policy is None:
-            decided = plan_static(self.snapshot, spec, suspended=suspended)
-        else:
-            decided = plan_elastic(
-                self.snapshot,
-                spec,
-                suspended=suspended,
-                last_index=self.last_worker_index(),
-                previously_leaving=list(self.old_status.get("leavingWorkers") or []),
-            )
-        # 1. Record decisions in the MPIJob spec (one patch, optimistic concurrency).
-        self.record_worker_decisions(decided)
-        # 2. Mark leaving workers, then 3. take them out of discovery.
+    def decide_workers(self, suspended: bool) -> WorkerPlan:
+        if self.spec.elastic_policy is None:
+            return plan_static(self.snapshot, self.spec, suspended=suspended)
+        return plan_elastic(
+            self.snapshot,
+            self.spec,
+            suspended=suspended,
+            last_index=self.last_worker_index(),
+            previously_leaving=list(self.old_status.get("leavingWorkers") or []),
+        )
+
+    def mark_leaving(self, decided: WorkerPlan) -> None:
+        """The leaving annotation (since now, and why) on each worker that leaves; optimistic, so a worker
+        that changed since the snapshot is decided again on fresh data."""
         for leave in decided.to_leave:
+            annotations = {
+                constants.ANNOTATION_LEAVING_SINCE: self.now,
+                constants.ANNOTATION_LEAVING_REASON: leave.reason,
+            }
             self.draft.mark.append(
                 Patch(
                     "v1",
                     "Pod",
                     name_of(leave.pod),
-                    {
-                        "metadata": {
-                            "annotations": {
-                                constants.ANNOTATION_LEAVING_SINCE: self.now,
-                                constants.ANNOTATION_LEAVING_REASON: leave.reason,
-                            }
-                        }
-                    },
+                    {"metadata": {"annotations": annotations}},
                     resource_version=meta(leave.pod).get("resourceVersion"),
                 )
             )
-        listed = self.ensure_config_map(decided)
-        self.nudge_launcher(listed)
-        # Announced after the writes that matter to the launcher: the record, the marks, discovery, the nudge.
+
+    def announce_decisions(self, decided: WorkerPlan) -> None:
+        """One Event per decision: workers leaving because of a node are named by its NodeTerminating Event,
+        the others in one WorkersLeaving Event."""
         self.draft.announce += decided.events
-        # One Event per decision: workers leaving because of a node are named by its NodeTerminating Event.
-        announced = {name_of(s.pod) for s in decided.signals}
-        leaving = [x for x in decided.to_leave if name_of(x.pod) not in announced]
+        announced = {name_of(signal.pod) for signal in decided.signals}
+        leaving = [leave for leave in decided.to_leave if name_of(leave.pod) not in announced]
         if leaving:
             self.emit(
                 "Normal",
                 "WorkersLeaving",
-                f"workers {', '.join(name_of(x.pod) for x in leaving)} left discovery "
-                f"({', '.join(sorted({x.reason for x in leaving}))})",
+                f"workers {', '.join(name_of(leave.pod) for leave in leaving)} left discovery "
+                f"({', '.join(sorted({leave.reason for leave in leaving}))})",
             )
-        self.ensure_secret()
-        self.ensure_pdb()
-        self.ensure_pod_group(wanted=not suspended)
-        # 4. Delete, then 5. create: after the status write, so that the status (discoveredHosts,
-        #    leavingWorkers, lastWorkerIndex) records the decision before any pod goes away.
+
+    def worker_writes(self, decided: WorkerPlan, suspended: bool) -> WorkerPlan:
+        """Deletes and creates of worker pods (phases delete and create: after the status write, which records
+        discoveredHosts, leavingWorkers and lastWorkerIndex first). Returns the decisions with the creates
+        that really go out."""
         for pod in decided.to_delete:
             self.delete_pod(pod, "suspended" if suspended else "leaving the job")
         if self.foreign_children():
@@ -351,9 +368,10 @@ class _Planner:
         # reconcile may create about as many workers as exist, and the next one (woken by their watch
         # events) more.
         decided = replace(decided, to_create=decided.to_create[: create_budget(len(self.workers))])
+        config = self.snapshot.config
         for index in decided.to_create:
-            pod = children.worker_pod(self.job, spec, index, self.snapshot.config.cluster_domain)
-            podgroups.decorate(pod["metadata"], pod["spec"], self.name, self.snapshot.config.gang_scheduler)
+            pod = children.worker_pod(self.job, self.spec, index, config.cluster_domain)
+            podgroups.decorate(pod["metadata"], pod["spec"], self.name, config.gang_scheduler)
             self.draft.create.append(self.creation(pod))
         if decided.to_create:
             self.status["lastWorkerIndex"] = max([*decided.to_create, self.last_worker_index()])
@@ -361,12 +379,7 @@ class _Planner:
             self.conflicts.append(f"Pod {name}")
         if decided.wake_after is not None:
             self.draft.wake.append(decided.wake_after)
-
-        ready, account = self.ensure_discovery_access()
-        if ready:
-            self.ensure_launcher(decided, account)
-        self.worker_status(decided)
-        self.conflict_condition()
+        return decided
 
     def record_worker_decisions(self, decided: WorkerPlan) -> None:
         patch: dict[str, Any] = {}
