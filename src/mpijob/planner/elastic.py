@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from mpijob.api import constants
-from mpijob.api.models import ElasticPolicy, MPIJobSpec, NodeTerminationPolicy
+from mpijob.api.models import ElasticPolicy, JobStatus, MPIJobSpec, NodeTerminationPolicy
 from mpijob.api.objects import Obj, annotations_of, is_terminating, labels_of, name_of, pod_node, pod_phase
 from mpijob.planner.actions import Emit
 from mpijob.planner.discovery import listed_hosts
@@ -59,10 +59,7 @@ class Record:
     in_discovery: frozenset[str]
 
 
-def read_record(
-    snapshot: Snapshot, workers: Sequence[Obj], last_index: int, previously_leaving: Sequence[str]
-) -> Record:
-    status = snapshot.job.get("status") or {}
+def read_record(snapshot: Snapshot, workers: Sequence[Obj], last_index: int, previous: JobStatus) -> Record:
     config_map = snapshot.config_map
     in_discovery: frozenset[str] = frozenset()
     if config_map is not None and is_owned_by(config_map, snapshot.job):
@@ -73,8 +70,8 @@ def read_record(
             name_of(p) for p in workers if host_fqdn(name_of(p), job["name"], job.get("namespace", ""), domain) in hosts
         )
     return Record(
-        discovered=frozenset(n for n in status.get("discoveredHosts") or [] if isinstance(n, str)),
-        leaving=frozenset(previously_leaving),
+        discovered=frozenset(previous.discovered_hosts),
+        leaving=frozenset(previous.leaving_workers),
         last_index=last_index,
         in_discovery=in_discovery,
     )
@@ -397,14 +394,14 @@ def growth(
 
 
 def plan_elastic(
-    snapshot: Snapshot, spec: MPIJobSpec, *, suspended: bool, last_index: int, previously_leaving: Sequence[str]
+    snapshot: Snapshot, spec: MPIJobSpec, *, suspended: bool, last_index: int, previous: JobStatus
 ) -> WorkerPlan:
     policy = spec.elastic_policy
     assert policy is not None
     job_name = name_of(snapshot.job)
     workers = workers_of(snapshot)
     by_name = {name_of(p): p for p in workers}
-    record = read_record(snapshot, workers, last_index, previously_leaving)
+    record = read_record(snapshot, workers, last_index, previous)
     listing = clean_listing(snapshot, policy.workers_to_delete, by_name, record)
     terminations = node_terminations(
         snapshot, policy, workers, by_name, listing, record, replicas=spec.worker_replicas, suspended=suspended

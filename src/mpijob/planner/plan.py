@@ -319,7 +319,7 @@ class _Planner:
             self.spec,
             suspended=suspended,
             last_index=self.last_worker_index(),
-            previously_leaving=list(self.old_status.get("leavingWorkers") or []),
+            previous=conditions.read_status(self.old_status),
         )
 
     def mark_leaving(self, decided: WorkerPlan) -> None:

@@ -1,9 +1,13 @@
-"""Status conditions, the way the reference operator keeps them (one entry per type)."""
+"""The job's status: the last one read as the typed model (`read_status`), and conditions, the way the
+reference operator keeps them (one entry per type)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
+from mpijob.api.models import JobStatus
 from mpijob.api.objects import get_condition, is_true
 
 CREATED = "Created"
@@ -21,7 +25,32 @@ INVALID_SPEC = "InvalidSpec"
 
 Status = dict[str, Any]
 
-__all__ = ["get_condition", "is_finished", "is_true", "set_condition", "state"]
+__all__ = ["get_condition", "is_finished", "is_true", "read_status", "set_condition", "state"]
+
+# Lists of worker names: a stray non-string entry is dropped, not the whole list.
+_NAME_LISTS = ("leavingWorkers", "discoveredHosts")
+
+
+def read_status(raw: object) -> JobStatus:
+    """The last status written, typed: how the planner reads what earlier reconciles recorded. Read field by
+    field, strictly (an integer is an integer, not "2" or true): a value that does not fit the model (a hand
+    edit, a status writer's typo) reads as absent and never fails the plan."""
+    if not isinstance(raw, dict):
+        return JobStatus()
+    fields: dict[str, Any] = {}
+    for name, info in JobStatus.model_fields.items():
+        key = info.alias or name
+        if key not in raw:
+            continue
+        value = raw[key]
+        if key in _NAME_LISTS and isinstance(value, list):
+            value = [item for item in value if isinstance(item, str)]
+        try:
+            JobStatus.model_validate({key: value}, strict=True)
+        except ValidationError:
+            continue
+        fields[key] = value
+    return JobStatus.model_validate(fields, strict=True)
 
 
 def set_condition(status: Status, kind: str, value: bool, reason: str, message: str, now: str) -> bool:

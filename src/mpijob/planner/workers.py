@@ -29,6 +29,7 @@ from mpijob.planner.snapshot import (
     pod_node,
     pod_phase,
 )
+from mpijob.planner.status import read_status
 
 FINISHED_PHASES = ("Failed", "Succeeded")
 # Bad workersToDelete names spelled out in the one Warning that reports them.
@@ -155,8 +156,8 @@ def absences_to_confirm(snapshot: Snapshot, spec: MPIJobSpec) -> list[tuple[str,
     if policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN:
         names = {name_of(p) for p in workers}
         listed = set(policy.workers_to_delete)
-        for name in (snapshot.job.get("status") or {}).get("discoveredHosts") or []:
-            if not isinstance(name, str) or name in names or name in listed:
+        for name in read_status(snapshot.job.get("status")).discovered_hosts:
+            if name in names or name in listed:
                 continue
             if constants.worker_index(name_of(snapshot.job), name) is None:
                 continue  # not a name of ours: never counted, nothing to confirm
