@@ -73,11 +73,16 @@ def _perturb(world: World, steps: list[Step], nodes: int, low: int, high: int) -
             world.advance(step.arg)
 
 
-def _outcome(world: World, before: set[str]) -> dict[str, object]:
-    """What the decisions amount to: who is deleted, who serves, what the spec and discovery say."""
-    present = {p["metadata"]["name"] for p in world.workers("pi") if not is_terminating(p)}
+def _uids(world: World) -> dict[str, str]:
+    return {p["metadata"]["uid"]: p["metadata"]["name"] for p in world.workers("pi") if not is_terminating(p)}
+
+
+def _outcome(world: World, before: dict[str, str]) -> dict[str, object]:
+    """What the decisions amount to: who is deleted (by uid: a new pod may take a deleted one's name), what
+    the spec and discovery say."""
+    present = _uids(world)
     return {
-        "deleted": sorted(before - present),
+        "deleted": sorted(name for uid, name in before.items() if uid not in present),
         "replicas": world.replicas("pi"),
         "workersToDelete": world.workers_to_delete("pi"),
         "discovered": sorted(world.discovered("pi")),
@@ -114,15 +119,14 @@ def test_any_prefix_of_a_plan_is_repaired_by_the_next_plans_without_a_wrong_dele
     assume(made.writes())
     k = int(cut * len(actions))
     event(f"phase cut: {next((name for name, phase in made.phases() if actions[k:] and actions[k] in phase), 'end')}")
-    before = set(world.worker_names("pi"))
-    terminating = {p["metadata"]["name"] for p in world.workers("pi") if is_terminating(p)}
+    before = _uids(world)
     whole, interrupted = world, copy.deepcopy(world)
     whole.apply(actions, whole.job("pi"))
     interrupted.apply(actions[:k], interrupted.job("pi"))
     for repaired in (whole, interrupted):
         # The pods this plan deleted go away before the next reconcile (the worst case for a decision that
         # is not recorded yet).
-        repaired.finish_deletions([n for n in before - terminating if is_terminating(repaired.pod(n))])
+        repaired.finish_deletions([n for n in before.values() if is_terminating(repaired.pod(n))])
         repaired.settle("pi", kubelet=False, follow_requeue=False, max_rounds=20)
 
     expected, got = _outcome(whole, before), _outcome(interrupted, before)

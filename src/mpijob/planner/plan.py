@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Final
 
 from pydantic import ValidationError
 
@@ -112,6 +112,10 @@ class _Draft:
     create: list[Create] = field(default_factory=list)
     finish: list[Delete] = field(default_factory=list)
     wake: list[float] = field(default_factory=list)
+    # Objects with our children's names that this job does not own ("Kind name"), for ResourceConflict.
+    conflicts: list[str] = field(default_factory=list)
+    # The SSH Secret's name is held by a Secret we did not create.
+    secret_taken: bool = False
 
     def freeze(self) -> Plan:
         """The ConfigMap patch that drops hosts is what the launcher reads first; only when it drops none do
@@ -138,21 +142,24 @@ def _kind(write: Write) -> str:
 
 
 class _Planner:
+    """One plan of a valid job. Its inputs are read-only (Final); it builds two things: the new status
+    (`status`, compared with `old_status` at the end) and the plan by phase (`draft`). The worker decisions
+    themselves come from the pure steps of workers.py and elastic.py."""
+
     def __init__(self, snapshot: Snapshot, spec: MPIJobSpec) -> None:
-        self.snapshot = snapshot
-        self.spec = spec
-        self.job = snapshot.job
-        self.name = name_of(snapshot.job)
-        self.now = format_time(snapshot.now)
-        self.old_status: dict[str, Any] = copy.deepcopy(snapshot.job.get("status") or {})
-        self.status: dict[str, Any] = copy.deepcopy(self.old_status)
-        self.draft = _Draft()
-        self.conflicts: list[str] = []
+        self.snapshot: Final = snapshot
+        self.spec: Final = spec
+        self.job: Final = snapshot.job
+        self.name: Final = name_of(snapshot.job)
+        self.now: Final = format_time(snapshot.now)
+        self.old_status: Final[dict[str, Any]] = copy.deepcopy(snapshot.job.get("status") or {})
         # Pods of a launcher Job we do not own say nothing about this job.
         launcher = snapshot.launcher
-        self.launcher_pods = snapshot.launcher_pods if launcher is not None and is_owned_by(launcher, self.job) else ()
-        self.workers = workers_of(snapshot)
-        self.secret_conflict = False
+        owned = launcher is not None and is_owned_by(launcher, self.job)
+        self.launcher_pods: Final = snapshot.launcher_pods if owned else ()
+        self.workers: Final = workers_of(snapshot)
+        self.status: dict[str, Any] = copy.deepcopy(self.old_status)
+        self.draft = _Draft()
 
     # -- helpers -----------------------------------------------------------------------------------
     def emit(self, type_: str, reason: str, message: str) -> None:
@@ -184,7 +191,7 @@ class _Planner:
             return None
         if is_owned_by(obj, self.job):
             return True
-        self.conflicts.append(f"{kind} {name}")
+        self.draft.conflicts.append(f"{kind} {name}")
         return False
 
     def replacement_backoff(self, decided: WorkerPlan) -> WorkerPlan:
@@ -232,7 +239,7 @@ class _Planner:
             ("Job", self.snapshot.launcher),
         )
         foreign = [kind for kind, obj in named if obj is not None and not is_owned_by(obj, self.job)]
-        return [*foreign, "Secret"] if self.secret_conflict else foreign
+        return [*foreign, "Secret"] if self.draft.secret_taken else foreign
 
     def last_worker_index(self) -> int:
         """status.lastWorkerIndex, read strictly: anything but an integer in [0, MAX_WORKER_INDEX] (a status
@@ -376,7 +383,7 @@ class _Planner:
         if decided.to_create:
             self.status["lastWorkerIndex"] = max([*decided.to_create, self.last_worker_index()])
         for name in decided.foreign_names:
-            self.conflicts.append(f"Pod {name}")
+            self.draft.conflicts.append(f"Pod {name}")
         if decided.wake_after is not None:
             self.draft.wake.append(decided.wake_after)
         return decided
@@ -563,8 +570,8 @@ class _Planner:
             uid = self.snapshot.created[("Secret", name)]
             self.status["sshSecretUID"] = uid or ""
             if not uid:
-                self.secret_conflict = True
-                self.conflicts.append(f"Secret {name}")
+                self.draft.secret_taken = True
+                self.draft.conflicts.append(f"Secret {name}")
                 self.draft.wake.append(SECRET_RETRY_SECONDS)
             return
         earlier = recorded is None and self.old_status.get("conditions")
@@ -597,7 +604,7 @@ class _Planner:
             self.job, self.spec, self.snapshot.pod_group, self.snapshot.config.gang_scheduler, wanted=wanted
         )
         if conflict:
-            self.conflicts.append(f"PodGroup {self.name}")
+            self.draft.conflicts.append(f"PodGroup {self.name}")
         for action in actions:
             if isinstance(action, Create):
                 self.create_child(action.obj)
@@ -747,9 +754,9 @@ class _Planner:
         return out
 
     def conflict_condition(self) -> None:
-        if self.conflicts:
+        if self.draft.conflicts:
             message = (
-                f"{'; '.join(sorted(set(self.conflicts)))}: exists and is not owned by this MPIJob; "
+                f"{'; '.join(sorted(set(self.draft.conflicts)))}: exists and is not owned by this MPIJob; "
                 "it is left untouched. Delete or rename it."
                 + (
                     " No worker or launcher is created until then (they would use its configuration)."
