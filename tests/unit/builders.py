@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from mpijob.api import constants as c
+from mpijob.api.objects import get_condition, is_true
 from mpijob.planner.actions import Action, Create, Delete, Emit, Patch, RequeueAfter
 from mpijob.planner.snapshot import Obj, OperatorConfig, Snapshot, format_time
 
@@ -582,17 +583,9 @@ def spec_patches(actions: Sequence[Action]) -> list[Patch]:
     return [a for a in patches(actions, "MPIJob") if a.subresource is None]
 
 
-def cond(status: Obj, kind: str) -> Obj | None:
-    for x in status.get("conditions") or []:
-        if x.get("type") == kind:
-            found: Obj = x
-            return found
-    return None
-
-
-def cond_true(status: Obj, kind: str) -> bool:
-    x = cond(status, kind)
-    return x is not None and x.get("status") == "True"
+# A condition of a status, and whether it is True.
+cond = get_condition
+cond_true = is_true
 
 
 def env_of(container: Obj) -> dict[str, str]:

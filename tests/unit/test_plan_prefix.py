@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from mpijob.planner.actions import ConfirmAbsence, Plan
 from mpijob.planner.plan import plan
 
-from .builders import SPOT_TAINT, elastic, mpijob
-from .test_invariants import POLICIES, Step, _healthy, _steps
+from .builders import elastic, mpijob
+from .test_invariants import POLICIES, Step, _healthy, _steps, perturb
 from .world import World, is_terminating
 
 
@@ -40,37 +40,6 @@ def _plan_with_reads(world: World, job_name: str) -> Plan:
         }
         made = plan(replace(snapshot, absence_checks=checks))
     return made
-
-
-def _perturb(world: World, steps: list[Step], nodes: int, low: int, high: int) -> None:
-    for step in steps:
-        workers = world.worker_names("pi")
-        job = world.job("pi")
-        if step.kind in ("taint", "cordon", "remove"):
-            name = f"node-{step.arg % nodes}"
-            if name in world.nodes and step.kind == "taint":
-                world.taint(name, SPOT_TAINT)
-            elif name in world.nodes and step.kind == "cordon":
-                world.cordon(name)
-            elif name in world.nodes:
-                world.remove_node(name)
-            world.placement = _healthy(world)
-        elif step.kind in ("evict", "delete") and workers:
-            victim = workers[step.arg % len(workers)]
-            world.kubelet_evict(victim) if step.kind == "evict" else world.delete_pod(victim)
-        elif step.kind == "scale":
-            job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = max(low, min(high, step.arg))
-            job["metadata"]["resourceVersion"] = world.next_rv()
-        elif step.kind == "scale-in" and workers:
-            names = sorted({workers[i % len(workers)] for i in step.arg})
-            replicas = job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
-            job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = max(low, replicas - len(names))
-            job["spec"]["elasticPolicy"]["workersToDelete"] = names
-            job["metadata"]["resourceVersion"] = world.next_rv()
-        elif step.kind == "reconcile":
-            world.reconcile("pi")
-        elif step.kind == "time":
-            world.advance(step.arg)
 
 
 def _uids(world: World) -> dict[str, str]:
@@ -112,7 +81,7 @@ def test_any_prefix_of_a_plan_is_repaired_by_the_next_plans_without_a_wrong_dele
         )
     )
     world.settle("pi")
-    _perturb(world, steps, nodes, low, low + extra)
+    perturb(world, steps, nodes, low, low + extra)
 
     made = _plan_with_reads(world, "pi")
     actions = list(made)
