@@ -1,0 +1,176 @@
+"""The job's status: suspension, worker and launcher counts, the Running and BelowMinReplicas conditions, the
+ResourceConflict condition, finishing, and the status write (only when something changed)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from mpijob.planner import children
+from mpijob.planner import status as conditions
+from mpijob.planner.actions import Emit
+from mpijob.planner.draft import PlanContext, status_patch
+from mpijob.planner.snapshot import (
+    condition,
+    condition_true,
+    is_owned_by,
+    is_terminating,
+    meta,
+    pod_phase,
+    pod_ready,
+)
+from mpijob.planner.workers import WorkerPlan
+
+
+class JobStatusWrites(PlanContext):
+    """Edits `self.status`; `write_status` turns the difference from the last status into the one status write."""
+
+    def suspension(self, suspended: bool) -> None:
+        was_suspended = conditions.is_true(self.status, conditions.SUSPENDED)
+        if suspended:
+            self.condition(conditions.SUSPENDED, True, "MPIJobSuspended", "MPIJob suspended")
+            self.condition(conditions.RUNNING, False, "MPIJobSuspended", "MPIJob suspended", event=None)
+        elif was_suspended:
+            self.condition(conditions.SUSPENDED, False, "MPIJobResumed", "MPIJob resumed")
+            self.draft.status_events.append(Emit("Normal", "MPIJobResumed", "MPIJob resumed"))
+            self.status["startTime"] = self.now
+        if not suspended and not self.status.get("startTime"):
+            self.status["startTime"] = self.now
+
+    def worker_status(self, decided: WorkerPlan) -> None:
+        workers = self.workers
+        live = [p for p in workers if not is_terminating(p)]
+        running = [p for p in decided.kept if pod_phase(p) == "Running"]
+        worker_status: dict[str, Any] = {
+            "active": len(running),
+            "ready": sum(1 for p in decided.kept if pod_ready(p)),
+            "selector": children.worker_selector(self.name),
+        }
+        failed = sum(1 for p in live if pod_phase(p) == "Failed")
+        succeeded = sum(1 for p in live if pod_phase(p) == "Succeeded")
+        if failed:
+            worker_status["failed"] = failed
+        if succeeded:
+            worker_status["succeeded"] = succeeded
+        statuses = self.status.setdefault("replicaStatuses", {})
+        statuses["Worker"] = worker_status
+        statuses["Launcher"] = self.launcher_status()
+        self.status["leavingWorkers"] = sorted(decided.leaving)
+
+        if self.spec.run_policy.suspend:
+            return
+        launcher_running = any(pod_phase(p) == "Running" for p in self.launcher_pods)
+        ep = self.spec.elastic_policy
+        enough = (
+            len(running) >= ep.min_replicas
+            if ep
+            else len(running) == self.spec.worker_replicas and not decided.to_create
+        )
+        if ep is not None:
+            self.floor_condition(len(running), ep.min_replicas)
+        if launcher_running and enough:
+            self.condition(
+                conditions.RUNNING,
+                True,
+                "MPIJobRunning",
+                f"MPIJob {meta(self.job).get('namespace')}/{self.name} is running.",
+            )
+        elif conditions.is_true(self.status, conditions.RUNNING):
+            why = "launcher is not running" if not launcher_running else "not enough workers are running"
+            self.condition(conditions.RUNNING, False, "MPIJobNotRunning", why, event=None)
+
+    def floor_condition(self, running: int, floor: int) -> None:
+        """Says when a job that was running cannot hold its floor (workers lost faster than replaced, or
+        replacements that cannot be placed), and when it holds it again."""
+        below = running < floor
+        if below and (
+            conditions.is_true(self.old_status, conditions.RUNNING)
+            or conditions.is_true(self.status, conditions.BELOW_MIN_REPLICAS)
+        ):
+            message = f"{running} of minReplicas {floor} workers are running"
+            # No Event: a worker lost at the floor dips below it until its replacement runs; that is normal.
+            self.condition(conditions.BELOW_MIN_REPLICAS, True, "BelowMinReplicas", message, event=None)
+        elif not below and conditions.is_true(self.status, conditions.BELOW_MIN_REPLICAS):
+            self.condition(
+                conditions.BELOW_MIN_REPLICAS, False, "MinReplicasRunning", f"{running} workers are running", event=None
+            )
+
+    def launcher_status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        active = sum(1 for p in self.launcher_pods if pod_phase(p) == "Running")
+        if active:
+            out["active"] = active
+        job_status = (self.snapshot.launcher or {}).get("status") or {}
+        for key in ("failed", "succeeded"):
+            if job_status.get(key):
+                out[key] = job_status[key]
+        return out
+
+    def conflict_condition(self) -> None:
+        if self.draft.conflicts:
+            message = (
+                f"{'; '.join(sorted(set(self.draft.conflicts)))}: exists and is not owned by this MPIJob; "
+                "it is left untouched. Delete or rename it."
+                + (
+                    " No worker or launcher is created until then (they would use its configuration)."
+                    if self.foreign_children()
+                    else ""
+                )
+            )
+            if conditions.set_condition(self.status, conditions.RESOURCE_CONFLICT, True, "NotOwned", message, self.now):
+                self.draft.status_events.append(Emit("Warning", "ResourceConflict", message))
+        elif conditions.get_condition(self.status, conditions.RESOURCE_CONFLICT) is not None:
+            conditions.set_condition(
+                self.status, conditions.RESOURCE_CONFLICT, False, "Resolved", "no conflicting objects", self.now
+            )
+
+    def detect_finish(self) -> None:
+        launcher = self.snapshot.launcher
+        if launcher is not None and is_owned_by(launcher, self.job):
+            if condition_true(launcher, "Complete"):
+                done = (launcher.get("status") or {}).get("completionTime") or self.now
+                self.status["completionTime"] = done
+                self.condition(
+                    conditions.SUCCEEDED,
+                    True,
+                    "MPIJobSucceeded",
+                    f"MPIJob {meta(self.job).get('namespace')}/{self.name} successfully completed.",
+                )
+                return
+            if condition_true(launcher, "Failed"):
+                cond = condition(launcher, "Failed") or {}
+                reason = str(cond.get("reason") or "MPIJobFailed")
+                message = str(cond.get("message") or "launcher Job failed")
+                failed_pods = [p for p in self.launcher_pods if pod_phase(p) == "Failed"]
+                if reason == "BackoffLimitExceeded" and failed_pods:
+                    last = max(failed_pods, key=lambda p: str(meta(p).get("creationTimestamp", "")))
+                    pst = last.get("status") or {}
+                    reason = f"{reason}/{pst.get('reason') or 'Error'}"
+                    if pst.get("message"):
+                        message = f"{message}: {pst['message']}"
+                self.status["completionTime"] = self.now
+                self.condition(conditions.FAILED, True, reason, message, event="Warning")
+                return
+        if self.spec.elastic_policy is None:
+            evicted = [
+                p
+                for p in self.workers
+                if pod_phase(p) == "Failed" and (p.get("status") or {}).get("reason") == "Evicted"
+            ]
+            if evicted:
+                total = len(self.workers)
+                self.status["completionTime"] = self.now
+                self.condition(
+                    conditions.FAILED,
+                    True,
+                    "MPIJobEvicted",
+                    f"{len(evicted)}/{total} workers are evicted",
+                    event="Warning",
+                )
+
+    def write_status(self) -> None:
+        self.status.setdefault("replicaStatuses", {})
+        patch = status_patch(self.job, self.old_status, self.status, self.now)
+        if patch is not None:
+            # Announced with the status write, so a retried reconcile does not repeat them.
+            self.draft.status.append(replace(patch, announce=tuple(self.draft.status_events)))
