@@ -44,6 +44,7 @@ from mpijob.planner.discovery import listed_hosts
 from mpijob_testbed import cluster, delete_node, taint_node
 from mpijob_testbed.client import load_api_client
 from mpijob_testbed.nodes import node_manifest
+from mpijob_testbed.waiting import seconds_until
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTNAME = "kubernetes.io/hostname"
@@ -95,15 +96,6 @@ def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
     return ordered[index]
-
-
-async def _wait(check: Any, limit: float, what: str, interval: float = 0.5) -> float:
-    start = time.monotonic()
-    while not await check():
-        if time.monotonic() - start > limit:
-            raise RuntimeError(f"timed out waiting for {what}")
-        await asyncio.sleep(interval)
-    return time.monotonic() - start
 
 
 class Stream:
@@ -202,7 +194,7 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
             }
             return {*worker_nodes, launcher_node} <= ok
 
-        await _wait(ready, 120, "nodes Ready")
+        await seconds_until(ready, what="nodes Ready", within=120, interval=0.5)
         started = time.monotonic()
         for i in range(jobs):
             await kube.create(
@@ -225,7 +217,9 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
             ]
             return len(full) == jobs and len(launchers) == jobs
 
-        out["create_to_converged_s"] = round(await _wait(converged, 1200, "all jobs Running", interval=2.0), 1)
+        out["create_to_converged_s"] = round(
+            await seconds_until(converged, what="all jobs Running", within=1200, interval=2.0), 1
+        )
         out["_started"] = started
         await asyncio.sleep(3.0)
 
@@ -288,7 +282,7 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
                 first_clean(launcher_stream, pod_job, pod_text)
             ) == len(victims)
 
-        await _wait(all_clean, 300, "every affected job's discovery updated", interval=0.1)
+        await seconds_until(all_clean, what="every affected job's discovery updated", within=300, interval=0.1)
         api_times = list(first_clean(cm_stream, cm_job, cm_text).values())
         file_times = list(first_clean(launcher_stream, pod_job, pod_text).values())
         for label, values in (("api", api_times), ("annotation", file_times)):

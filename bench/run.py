@@ -33,6 +33,7 @@ from mpijob.planner.snapshot import Snapshot
 from mpijob.runtime.controller import Controller
 from mpijob.runtime.operator import OperatorOptions, run
 from mpijob_testbed import cluster, create_node, delete_node, taint_node
+from mpijob_testbed.waiting import seconds_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -190,15 +191,6 @@ def _bench_job(name: str, workers: int, nodes: list[str]) -> dict[str, Any]:
     }
 
 
-async def _wait(check: Any, limit: float, what: str) -> float:
-    start = time.monotonic()
-    while not await check():
-        if time.monotonic() - start > limit:
-            raise RuntimeError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-    return time.monotonic() - start
-
-
 async def bench_operator(kubeconfig: Path, jobs: int, workers: int, idle: float) -> dict[str, Any]:
     holder: dict[str, Controller] = {}
     stop = asyncio.Event()
@@ -216,7 +208,12 @@ async def bench_operator(kubeconfig: Path, jobs: int, workers: int, idle: float)
     node_a, node_b = f"{ns}-a", f"{ns}-b"
     out: dict[str, Any] = {"jobs": jobs, "workers_per_job": workers}
     try:
-        await _wait(lambda: asyncio.sleep(0, result="c" in holder and holder["c"].warm.is_set()), 60, "operator warm")
+        await seconds_until(
+            lambda: asyncio.sleep(0, result="c" in holder and holder["c"].warm.is_set()),
+            what="operator warm",
+            within=60,
+            interval=0.05,
+        )
         ctl = holder["c"]
         await kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         for node in (node_a, node_b):
@@ -232,7 +229,9 @@ async def bench_operator(kubeconfig: Path, jobs: int, workers: int, idle: float)
             items = (await kube.get(collection_path(API_VERSION, "MPIJob", ns))).get("items") or []
             return len(items) == jobs and all((j.get("status") or {}).get("state") == "Running" for j in items)
 
-        out["create_to_all_running_s"] = await _wait(all_running, 600, "all jobs Running")
+        out["create_to_all_running_s"] = await seconds_until(
+            all_running, what="all jobs Running", within=600, interval=0.05
+        )
         await asyncio.sleep(2.0)  # let trailing status writes land
         out["writes_to_converge_per_job"] = (ctl.stats.writes - writes0) / jobs
         out["reconciles_to_converge_per_job"] = (ctl.stats.reconciles - reconciles0) / jobs
@@ -252,7 +251,9 @@ async def bench_operator(kubeconfig: Path, jobs: int, workers: int, idle: float)
             items = (await kube.get(collection_path(API_VERSION, "MPIJob", ns))).get("items") or []
             return all(j["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] < workers for j in items)
 
-        out["taint_to_all_jobs_scaled_in_s"] = await _wait(all_patched, 300, "all jobs patched")
+        out["taint_to_all_jobs_scaled_in_s"] = await seconds_until(
+            all_patched, what="all jobs patched", within=300, interval=0.05
+        )
 
         async def discovery_shrunk() -> bool:
             for i in range(jobs):
@@ -261,7 +262,7 @@ async def bench_operator(kubeconfig: Path, jobs: int, workers: int, idle: float)
                     return False
             return True
 
-        await _wait(discovery_shrunk, 300, "discovery")
+        await seconds_until(discovery_shrunk, what="discovery", within=300, interval=0.05)
         out["taint_to_all_discovery_updated_s"] = time.monotonic() - tainted
         await asyncio.sleep(3.0)
         out["writes_for_scale_in_per_job"] = (ctl.stats.writes - writes2) / jobs
