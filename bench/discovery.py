@@ -26,24 +26,23 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.parse
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio.client import ApiClient, CoreV1Api
+from kubernetes_asyncio.client import CoreV1Api
 from kubernetes_asyncio.watch import Watch
 
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
 from mpijob.executor.client import ApiError, Client
-from mpijob.executor.resources import collection_path, object_path
+from mpijob.executor.resources import collection_path
 from mpijob.planner.discovery import listed_hosts
 from mpijob_testbed import cluster, delete_node, taint_node
 from mpijob_testbed.client import load_api_client
-from mpijob_testbed.nodes import node_manifest
+from mpijob_testbed.launcher_view import launcher_view
+from mpijob_testbed.nodes import node_manifest, spread_over
 from mpijob_testbed.waiting import seconds_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,23 +55,7 @@ def _job(name: str, workers: int, worker_nodes: list[str], launcher_node: str) -
         "metadata": {"labels": spread},
         "spec": {
             "terminationGracePeriodSeconds": 1,
-            "affinity": {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [
-                            {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": worker_nodes}]}
-                        ]
-                    }
-                }
-            },
-            "topologySpreadConstraints": [
-                {
-                    "maxSkew": 1,
-                    "topologyKey": HOSTNAME,
-                    "whenUnsatisfiable": "DoNotSchedule",
-                    "labelSelector": {"matchLabels": spread},
-                }
-            ],
+            **spread_over(worker_nodes, spread),
             "containers": [{"name": "w", "image": "x"}],
         },
     }
@@ -125,35 +108,6 @@ class Stream:
                 await self.task
         with contextlib.suppress(Exception):
             await self.watch.close()
-
-
-async def _launcher_view(kube: Client, api: ApiClient, ns: str, job: str, tmp: Path) -> list[str]:
-    """The job's discover_hosts.sh run as a process with its launcher's own token, the CA and the API address."""
-    cfg = api.configuration
-    server = urllib.parse.urlsplit(str(cfg.host))
-    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}}
-    token = await kube.create(object_path("v1", "ServiceAccount", ns, c.discovery_rbac_name(job), "token"), body)
-    sa = tmp / job
-    sa.mkdir()
-    (sa / "token").write_text(token["status"]["token"])
-    (sa / "ca.crt").write_text(Path(str(cfg.ssl_ca_cert)).read_text())  # noqa: ASYNC240
-    cm = await kube.get(object_path("v1", "ConfigMap", ns, c.config_map_name(job)))
-    (sa / "discover_hosts.sh").write_text(cm["data"][c.DISCOVER_HOSTS_KEY])
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "KUBERNETES_SERVICE_HOST": server.hostname or "127.0.0.1",
-        "KUBERNETES_SERVICE_PORT": str(server.port or 443),
-        "MPIJOB_SERVICEACCOUNT_DIR": str(sa),
-        "MPIJOB_DISCOVERY_FILE": str(sa / "none"),
-        "MPIJOB_DISCOVERY_CONFIG_FILE": str(sa / "none"),
-    }
-    proc = await asyncio.create_subprocess_exec(
-        "sh", str(sa / "discover_hosts.sh"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    out, err = await proc.communicate()
-    if proc.returncode != 0:
-        raise RuntimeError(f"{job}: discover_hosts.sh failed: {err.decode()}")
-    return sorted(line.split(":")[0] for line in out.decode().splitlines() if line)
 
 
 async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: Path) -> dict[str, Any]:
@@ -305,15 +259,17 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
         # From the launcher's side: every affected job's real script with its launcher's own token.
         checked = 0
         took: list[float] = []
-        with tempfile.TemporaryDirectory() as tmp:
-            for job in sorted(victims):
-                start = time.monotonic()
-                view = await _launcher_view(kube, api, ns, job, Path(tmp))
-                took.append(time.monotonic() - start)
-                want = sorted(survivors[job])
-                if [h.split(".", 1)[0] for h in view] != want:
-                    raise RuntimeError(f"{job}: launcher sees {view}, expected {want}")
-                checked += 1
+        for job in sorted(victims):
+            start = time.monotonic()
+            view = await launcher_view(kube, ns, job, account=c.discovery_rbac_name(job))
+            took.append(time.monotonic() - start)
+            if not view.ok:
+                raise RuntimeError(f"{job}: discover_hosts.sh failed: {view.error}")
+            seen = sorted(host.split(".", 1)[0] for host, _ in view.hosts)
+            want = sorted(survivors[job])
+            if seen != want:
+                raise RuntimeError(f"{job}: launcher sees {seen}, expected {want}")
+            checked += 1
         out["launcher_scripts_checked"] = checked
 
         await asyncio.sleep(5.0)

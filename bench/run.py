@@ -33,6 +33,7 @@ from mpijob.planner.snapshot import Snapshot
 from mpijob.runtime.controller import Controller
 from mpijob.runtime.operator import OperatorOptions, run
 from mpijob_testbed import cluster, create_node, delete_node, taint_node
+from mpijob_testbed.nodes import spread_over
 from mpijob_testbed.waiting import seconds_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,23 +155,7 @@ def _bench_job(name: str, workers: int, nodes: list[str]) -> dict[str, Any]:
         "metadata": {"labels": {"bench": name}},
         "spec": {
             "terminationGracePeriodSeconds": 1,
-            "affinity": {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [
-                            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}
-                        ]
-                    }
-                }
-            },
-            "topologySpreadConstraints": [
-                {
-                    "maxSkew": 1,
-                    "topologyKey": "kubernetes.io/hostname",
-                    "whenUnsatisfiable": "DoNotSchedule",
-                    "labelSelector": {"matchLabels": {"bench": name}},
-                }
-            ],
+            **spread_over(nodes, {"bench": name}),
             "containers": [{"name": "w", "image": "x"}],
         },
     }
