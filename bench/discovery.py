@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -31,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from harness import finish, print_table, report_header, testbed_with_crd
 from kubernetes_asyncio.client import CoreV1Api
 from kubernetes_asyncio.watch import Watch
 
@@ -39,7 +38,7 @@ from mpijob.api.models import API_VERSION
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import collection_path
 from mpijob.planner.discovery import listed_hosts
-from mpijob_testbed import cluster, delete_node, taint_node
+from mpijob_testbed import delete_node, taint_node
 from mpijob_testbed.client import load_api_client
 from mpijob_testbed.launcher_view import launcher_view
 from mpijob_testbed.nodes import node_manifest, spread_over
@@ -312,35 +311,16 @@ def main() -> int:
     parser.add_argument("--dir", default=str(ROOT / ".cache" / "bench-testbed"))
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    report: dict[str, Any] = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-    }
-    was_running = cluster.is_running(args.dir)
-    testbed = cluster.up(0, args.dir, echo=lambda m: print(m, file=sys.stderr))
-    try:
-        from mpijob.cli.operator import install_crd
-
-        asyncio.run(install_crd(str(testbed.kubeconfig)))
-        report["discovery"] = asyncio.run(
-            bench(testbed.kubeconfig, args.jobs, args.workers, args.nodes, Path(args.dir))
-        )
-    finally:
-        if not was_running:
-            cluster.down(args.dir, echo=lambda m: print(m, file=sys.stderr))
+    report = report_header()
+    with testbed_with_crd(args.dir, 0) as kubeconfig:
+        report["discovery"] = asyncio.run(bench(kubeconfig, args.jobs, args.workers, args.nodes, Path(args.dir)))
     o = report["discovery"]
     print(
         f"## Node taint -> launcher discovery ({o['jobs']} elastic jobs x {o['workers_per_job']} workers over "
         f"{o['worker_nodes']} nodes, one node tainted, operator defaults)\n"
     )
-    print("| measure | value |\n|---|---|")
-    for key, value in o.items():
-        print(f"| {key} | {value} |")
-    print(f"\ncommand: {report['command']}  ({report['when']}, Python {report['python']})")
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
-    return 0
+    print_table(o, round_floats=False)
+    return finish(report, args.json)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,14 @@ import argparse
 import asyncio
 import contextlib
 import json
-import platform
 import statistics
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from harness import finish, print_table, report_header, testbed_with_crd
 
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
@@ -32,7 +33,7 @@ from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Snapshot
 from mpijob.runtime.controller import Controller
 from mpijob.runtime.operator import OperatorOptions, run
-from mpijob_testbed import cluster, create_node, delete_node, taint_node
+from mpijob_testbed import create_node, delete_node, taint_node
 from mpijob_testbed.nodes import spread_over
 from mpijob_testbed.waiting import seconds_until
 
@@ -276,11 +277,7 @@ def main() -> int:
     parser.add_argument("--dir", default=str(ROOT / ".cache" / "bench-testbed"))
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    report: dict[str, Any] = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-    }
+    report = report_header()
     report["planner"] = bench_planner([4, 64, 512], args.repeat)
     print("## Planner (pure, no cluster)\n")
     print("| workers | plan() steady, median µs | writes in steady state | plan() after node taint, median µs |")
@@ -291,25 +288,12 @@ def main() -> int:
             f"{row['termination_plan_us_median']:.0f} |"
         )
     if not args.planner_only:
-        was_running = cluster.is_running(args.dir)
-        testbed = cluster.up(2, args.dir, echo=lambda m: print(m, file=sys.stderr))
-        try:
-            from mpijob.cli.operator import install_crd
-
-            asyncio.run(install_crd(str(testbed.kubeconfig)))
-            report["operator"] = asyncio.run(bench_operator(testbed.kubeconfig, args.jobs, args.workers, args.idle))
-        finally:
-            if not was_running:
-                cluster.down(args.dir, echo=lambda m: print(m, file=sys.stderr))
+        with testbed_with_crd(args.dir, 2) as kubeconfig:
+            report["operator"] = asyncio.run(bench_operator(kubeconfig, args.jobs, args.workers, args.idle))
         o = report["operator"]
         print(f"\n## Operator on the testbed ({o['jobs']} elastic jobs x {o['workers_per_job']} workers)\n")
-        print("| measure | value |\n|---|---|")
-        for key, value in o.items():
-            print(f"| {key} | {value:.2f} |" if isinstance(value, float) else f"| {key} | {value} |")
-    print(f"\ncommand: {report['command']}  ({report['when']}, Python {report['python']})")
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
-    return 0
+        print_table(o)
+    return finish(report, args.json)
 
 
 if __name__ == "__main__":
