@@ -31,7 +31,6 @@ from typing import Any
 
 from harness import finish, print_table, report_header, testbed_with_crd
 from kubernetes_asyncio.client import CoreV1Api
-from kubernetes_asyncio.watch import Watch
 
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
@@ -43,6 +42,7 @@ from mpijob_testbed.client import load_api_client
 from mpijob_testbed.launcher_view import launcher_view
 from mpijob_testbed.nodes import node_manifest, spread_over
 from mpijob_testbed.waiting import seconds_until
+from mpijob_testbed.watching import WatchRecorder
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTNAME = "kubernetes.io/hostname"
@@ -80,35 +80,6 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-class Stream:
-    """A watch of one namespaced collection from a listing's resourceVersion, with arrival times."""
-
-    def __init__(self, func: Any, *args: Any, **kwargs: Any) -> None:
-        self.func, self.args, self.kwargs = func, args, kwargs
-        self.events: list[tuple[float, dict[str, Any]]] = []
-        self.watch = Watch()
-        self.task: asyncio.Task[None] | None = None
-
-    async def start(self, resource_version: str) -> None:
-        stream = self.watch.stream(
-            self.func, *self.args, resource_version=resource_version, timeout_seconds=600, **self.kwargs
-        )
-
-        async def run() -> None:
-            async for event in stream:
-                self.events.append((time.monotonic(), event["raw_object"]))
-
-        self.task = asyncio.create_task(run())
-
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.task
-        with contextlib.suppress(Exception):
-            await self.watch.close()
-
-
 async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: Path) -> dict[str, Any]:
     api = await load_api_client(kubeconfig)
     kube = Client(api, qps=0, burst=1)
@@ -126,7 +97,7 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     out: dict[str, Any] = {"jobs": jobs, "workers_per_job": workers, "worker_nodes": nodes}
-    streams: list[Stream] = []
+    streams: list[WatchRecorder] = []
     try:
         await kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         per_node = (jobs * workers) // nodes + 20
@@ -194,11 +165,13 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
         out["victims_per_job"] = sorted({len(v) for v in victims.values()})
 
         cm_listing = await kube.get(collection_path("v1", "ConfigMap", ns))
-        cm_stream = Stream(v1.list_namespaced_config_map, ns)
-        await cm_stream.start(cm_listing["metadata"]["resourceVersion"])
+        cm_stream = WatchRecorder(v1.list_namespaced_config_map, ns)
+        await cm_stream.start(cm_listing["metadata"]["resourceVersion"], timeout_seconds=600)
         pod_listing = await kube.get(collection_path("v1", "Pod", ns))
-        launcher_stream = Stream(v1.list_namespaced_pod, ns, label_selector=f"{c.LABEL_JOB_ROLE}={c.ROLE_LAUNCHER}")
-        await launcher_stream.start(pod_listing["metadata"]["resourceVersion"])
+        launcher_stream = WatchRecorder(
+            v1.list_namespaced_pod, ns, label_selector=f"{c.LABEL_JOB_ROLE}={c.ROLE_LAUNCHER}"
+        )
+        await launcher_stream.start(pod_listing["metadata"]["resourceVersion"], timeout_seconds=600)
         streams = [cm_stream, launcher_stream]
         await asyncio.sleep(2.0)
 
@@ -207,9 +180,9 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
         await taint_node(api, victim_node)
         out["taint_write_s"] = round(time.monotonic() - tainted, 3)
 
-        def first_clean(stream: Stream, job_of: Any, text_of: Any) -> dict[str, float]:
+        def first_clean(stream: WatchRecorder, job_of: Any, text_of: Any) -> dict[str, float]:
             seen: dict[str, float] = {}
-            for at, obj in stream.events:
+            for at, _, obj in stream.events:
                 job = job_of(obj)
                 if job not in victims or job in seen:
                     continue
