@@ -134,7 +134,7 @@ def _manifest() -> dict[str, Any]:
 
 
 async def run_discovery(kube: Client) -> list[tuple[str, int]]:
-    """The launcher's view: discover_hosts.sh run with the launcher's own token (cli/launcher_view.py)."""
+    """The launcher's view: discover_hosts.sh run with the launcher's own token (mpijob_testbed/launcher_view.py)."""
     view = await launcher_view(kube, NAMESPACE, JOB)
     if not view.ok:
         raise KeyError(view.error)
