@@ -195,21 +195,7 @@ def node_terminations(
     if scale_in:
         additions += [name_of(p) for p in external] + vanished
         new_replicas = min(replicas, max(policy.min_replicas, replicas - len(additions))) if additions else replicas
-    events: list[Emit] = []
-    for node in dict.fromkeys(s.node for s in signals):
-        names = [name_of(s.pod) for s in signals if s.node == node]
-        signal = next(s.signal for s in signals if s.node == node)
-        if termination_policy is NodeTerminationPolicy.SCALE_IN:
-            verb = f"scaling in (Worker replicas {replicas} -> {new_replicas})"
-        else:
-            verb = "replacing them elsewhere" + (
-                " (Kueue-managed: Worker replicas stay as admitted)" if kueue_managed else ""
-            )
-        floor = ""
-        if termination_policy is NodeTerminationPolicy.SCALE_IN and replicas - len(additions) < policy.min_replicas:
-            floor = f"; minReplicas {policy.min_replicas} reached, the rest are replaced"
-        message = f"node {node} is terminating ({signal}): workers {', '.join(names)}: {verb}{floor}"
-        events.append(Emit("Normal", "NodeTerminating", message))
+    events = [*_node_events(signals, termination_policy, kueue_managed, policy, replicas, new_replicas, len(additions))]
     if (external or vanished) and scale_in:
         lost = ", ".join([name_of(p) for p in external] + vanished)
         message = f"workers {lost} were removed by someone else; Worker replicas {replicas} -> {new_replicas}"
@@ -221,6 +207,34 @@ def node_terminations(
         replicas=new_replicas,
         events=tuple(events),
     )
+
+
+def _node_events(
+    signals: Sequence[Signal],
+    termination_policy: NodeTerminationPolicy,
+    kueue_managed: bool,
+    policy: ElasticPolicy,
+    replicas: int,
+    new_replicas: int,
+    additions: int,
+) -> list[Emit]:
+    """One NodeTerminating Event per node, naming its workers and what happens to them."""
+    events: list[Emit] = []
+    for node in dict.fromkeys(s.node for s in signals):
+        names = [name_of(s.pod) for s in signals if s.node == node]
+        signal = next(s.signal for s in signals if s.node == node)
+        if termination_policy is NodeTerminationPolicy.SCALE_IN:
+            verb = f"scaling in (Worker replicas {replicas} -> {new_replicas})"
+        else:
+            verb = "replacing them elsewhere" + (
+                " (Kueue-managed: Worker replicas stay as admitted)" if kueue_managed else ""
+            )
+        floor = ""
+        if termination_policy is NodeTerminationPolicy.SCALE_IN and replicas - additions < policy.min_replicas:
+            floor = f"; minReplicas {policy.min_replicas} reached, the rest are replaced"
+        message = f"node {node} is terminating ({signal}): workers {', '.join(names)}: {verb}{floor}"
+        events.append(Emit("Normal", "NodeTerminating", message))
+    return events
 
 
 @dataclass(frozen=True)
