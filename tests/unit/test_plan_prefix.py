@@ -6,10 +6,8 @@ Each example perturbs a running elastic job (node signals, evictions, deletions,
 applies only its first k actions with the real executor, then reconciles to a fixed point (no kubelet, no
 clock change) and compares with the world that applied the whole plan.
 
-Who is kept is not compared: a worker that landed on a terminating node counts toward the replacement
-backoff only in the plan that sees its node signal; once an interrupted plan has listed it, the next plan
-no longer counts it, so the interrupted run may create its replacement a backoff period earlier (known; a
-creation, never a deletion).
+How many are kept is compared too: the replacement backoff counts a failure when the worker starts leaving, from
+durable state (elastic.new_failures), so an interrupted plan creates its replacements no earlier.
 """
 
 from __future__ import annotations
@@ -47,14 +45,17 @@ def _uids(world: World) -> dict[str, str]:
 
 
 def _outcome(world: World, before: dict[str, str]) -> dict[str, object]:
-    """What the decisions amount to: who is deleted (by uid: a new pod may take a deleted one's name), what
-    the spec and discovery say."""
+    """What the decisions amount to: who is deleted (by uid: a new pod may take a deleted one's name), who is
+    kept, what the spec, discovery and the backoff count say."""
     present = _uids(world)
     return {
         "deleted": sorted(name for uid, name in before.items() if uid not in present),
         "replicas": world.replicas("pi"),
         "workersToDelete": world.workers_to_delete("pi"),
         "discovered": sorted(world.discovered("pi")),
+        # How many, not which: a replacement created after its predecessor is gone may reuse its index.
+        "kept": len(world.kept_workers("pi")),
+        "recentWorkerFailures": world.job("pi")["status"].get("recentWorkerFailures"),
     }
 
 

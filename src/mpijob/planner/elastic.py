@@ -4,7 +4,8 @@
 2. `clean_listing`     spec.elasticPolicy.workersToDelete without the names that are done or never were ours;
 3. `node_terminations` node signals and workers removed by someone else -> names to list, Worker replicas;
 4. `departures`        who leaves (listed, failed, excess, all when suspended) and who is deleted now;
-5. `growth`            new worker indexes for the deficit.
+5. `growth`            new worker indexes for the deficit;
+6. `new_failures`      workers that start leaving because they failed or landed on a terminating node.
 
 `plan_elastic` runs them in that order and returns the WorkerPlan the planner turns into writes.
 Vocabulary (see workers.py): listed, leaving, kept.
@@ -18,7 +19,17 @@ from datetime import datetime, timedelta
 
 from mpijob.api import constants
 from mpijob.api.models import ElasticPolicy, JobStatus, MPIJobSpec, NodeTerminationPolicy
-from mpijob.api.objects import Obj, annotations_of, is_terminating, labels_of, name_of, pod_node, pod_phase
+from mpijob.api.objects import (
+    Obj,
+    annotations_of,
+    is_terminating,
+    labels_of,
+    meta,
+    name_of,
+    parse_time,
+    pod_node,
+    pod_phase,
+)
 from mpijob.planner.actions import Emit
 from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.hostfile import host_fqdn
@@ -407,6 +418,43 @@ def growth(
     return Growth(tuple(to_create), foreign, events)
 
 
+# A worker whose node turns out to be terminating within this long of its creation "landed on a terminating
+# node" (a replacement the scheduler put on a node about to go): it counts toward the replacement backoff
+# like a failure. Workers that served longer and lose their node (an ordinary spot reclaim) do not.
+LANDED_WITHIN_SECONDS = 120.0
+
+
+def new_failures(
+    snapshot: Snapshot,
+    policy: ElasticPolicy,
+    workers: Sequence[Obj],
+    terminations: Terminations,
+    leaving: Departures,
+    record: Record,
+    *,
+    suspended: bool,
+) -> int:
+    """Step 6: how many workers count toward the replacement backoff now: those that start leaving (not
+    leaving at the last status write, which records the count with leavingWorkers in one write) because
+    they failed or landed on a terminating node. Read from durable state only (the pod, its node, the spec's
+    list, the last status), so a reconcile cut before its status write is counted by the next one, once."""
+    newly = set(leaving.leaving) - record.leaving
+    listed = set(terminations.workers_to_delete)
+    signals_count = not suspended and effective_termination_policy(snapshot, policy) is not NodeTerminationPolicy.IGNORE
+    count = 0
+    for pod in workers:
+        name = name_of(pod)
+        if name not in newly:
+            continue
+        if pod_phase(pod) == "Failed":
+            count += 1
+        elif signals_count and name in listed and node_signal(snapshot, pod_node(pod)) is not None:
+            born = parse_time(meta(pod).get("creationTimestamp"))
+            since = leaving_since(pod, snapshot.now) if is_leaving(pod) else snapshot.now
+            count += born is not None and 0 <= (since - born).total_seconds() <= LANDED_WITHIN_SECONDS
+    return count
+
+
 def plan_elastic(
     snapshot: Snapshot, spec: MPIJobSpec, *, suspended: bool, last_index: int, previous: JobStatus
 ) -> WorkerPlan:
@@ -422,6 +470,7 @@ def plan_elastic(
     )
     leaving = departures(snapshot, policy, workers, terminations, record, suspended=suspended)
     grown = growth(snapshot, policy, workers, terminations, leaving.kept, record, suspended=suspended)
+    failures = new_failures(snapshot, policy, workers, terminations, leaving, record, suspended=suspended)
     hosts = [(index_of(job_name, p), name_of(p)) for p in leaving.kept]
     hosts += [(i, constants.worker_name(job_name, i)) for i in grown.to_create]
     return WorkerPlan(
@@ -443,4 +492,5 @@ def plan_elastic(
         foreign_names=grown.foreign_names,
         wake_after=leaving.wake_after,
         held=terminations.held,
+        failures=failures,
     )

@@ -71,10 +71,6 @@ BACKOFF_AFTER = 3
 BACKOFF_BASE_SECONDS = 10.0
 BACKOFF_MAX_SECONDS = 300.0
 BACKOFF_RESET_SECONDS = 600.0
-# A worker whose node turns out to be terminating within this long of its creation "landed on a terminating
-# node" (a replacement the scheduler put on a node about to go): it counts toward the backoff like a
-# failure. Workers that served longer and lose their node (an ordinary spot reclaim) do not.
-LANDED_WITHIN_SECONDS = 120.0
 SLOW_START_CREATES = 16
 MAX_CREATES_PER_RECONCILE = 500
 
@@ -98,9 +94,7 @@ class _Planner(ChildWrites, JobStatusWrites):
         BACKOFF_AFTER - 1 failures are replaced at once; then each new failure waits 10 s, 20 s, ... up to
         5 min after the last failure. The count is forgotten after 10 quiet minutes. Both live in the status,
         so a restart does not reset them."""
-        failed_now = sum(1 for leave in decided.to_leave if pod_phase(leave.pod) == "Failed") + sum(
-            1 for s in decided.signals if self.landed_on_terminating_node(s.pod)
-        )
+        failed_now = decided.failures  # counted by elastic.new_failures
         raw = self.status.get("recentWorkerFailures")
         count = raw if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= 10**6 else 0
         last = parse_time(self.status.get("lastWorkerFailureTime"))
@@ -123,10 +117,6 @@ class _Planner(ChildWrites, JobStatusWrites):
             return decided
         self.draft.wake.append(left)
         return replace(decided, to_create=())
-
-    def landed_on_terminating_node(self, pod: Obj) -> bool:
-        born = parse_time(meta(pod).get("creationTimestamp"))
-        return born is not None and 0 <= (self.snapshot.now - born).total_seconds() <= LANDED_WITHIN_SECONDS
 
     def last_worker_index(self) -> int:
         """status.lastWorkerIndex, read strictly: anything but an integer in [0, MAX_WORKER_INDEX] (a status

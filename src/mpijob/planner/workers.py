@@ -71,6 +71,8 @@ class WorkerPlan:
     # Serving workers on a cordoned node kept in service (not listed) so that a soft signal never takes the
     # job below minReplicas; as many replacements are created first (make before break).
     held: tuple[str, ...] = ()
+    # Workers that started leaving because they failed or landed on a terminating node (replacement backoff).
+    failures: int = 0
 
 
 def workers_of(snapshot: Snapshot) -> list[Obj]:
