@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mpijob.planner.status import read_status
+from mpijob.planner.status import dump_status, read_status, read_status_fields, set_condition
 
 
 def test_the_last_status_is_read_as_the_model_with_its_kubernetes_names() -> None:
@@ -42,3 +42,42 @@ def test_a_field_that_does_not_fit_reads_as_absent_and_the_rest_is_kept() -> Non
 def test_no_status_or_a_status_that_is_not_an_object_reads_as_empty() -> None:
     assert read_status(None).leaving_workers == []
     assert read_status(["x"]).conditions == []
+
+
+def test_a_field_present_but_unreadable_is_told_apart_from_an_absent_one() -> None:
+    read = read_status_fields({"lastWorkerIndex": "7", "sshSecretUID": 5, "startTime": "2026-03-01T12:00:00Z"})
+    assert read.status.last_worker_index is None and read.status.ssh_secret_uid is None
+    assert read.invalid == {"lastWorkerIndex", "sshSecretUID"}
+    assert read_status_fields({}).invalid == frozenset()
+
+
+def test_a_status_read_and_dumped_unchanged_is_the_status_read() -> None:
+    # What makes a steady job cost no write: fields never written stay absent (not [] or {}), unknown keys stay.
+    written = {
+        "conditions": [
+            {
+                "type": "Created",
+                "status": "True",
+                "reason": "MPIJobCreated",
+                "message": "m",
+                "lastUpdateTime": "2026-03-01T12:00:00Z",
+                "lastTransitionTime": "2026-03-01T12:00:00Z",
+            }
+        ],
+        "replicaStatuses": {"Worker": {"active": 0, "ready": 0, "selector": "s"}, "Launcher": {}},
+        "leavingWorkers": [],
+        "lastWorkerIndex": 1,
+        "state": "Created",
+        "someFutureField": {"x": 1},
+    }
+    assert dump_status(read_status(written)) == written
+
+
+def test_a_new_condition_and_a_cleared_field_show_in_the_dump() -> None:
+    status = read_status({"recentWorkerFailures": 3, "lastWorkerFailureTime": "2026-03-01T12:00:00Z"})
+    assert set_condition(status, "Running", True, "MPIJobRunning", "running", "2026-03-01T12:01:00Z")
+    status.recent_worker_failures = None
+    status.last_worker_failure_time = None
+    dumped = dump_status(status)
+    assert list(dumped) == ["conditions"]
+    assert dumped["conditions"][0]["lastTransitionTime"] == "2026-03-01T12:01:00Z"

@@ -6,9 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from mpijob.api import constants
-from mpijob.api.models import (
-    LauncherCreationPolicy,
-)
+from mpijob.api.models import JobStatus, LauncherCreationPolicy
 from mpijob.planner import children, discovery, podgroups
 from mpijob.planner import status as conditions
 from mpijob.planner.actions import Create, Delete, Patch
@@ -112,7 +110,7 @@ class ChildWrites(PlanContext):
             self.draft.discovery.append(patch)
             if set(discovery.listed_hosts(current.get("data") or {})) - set(discovery.listed_hosts(data)):
                 self.draft.dropping_hosts.append(patch)
-        self.status["discoveredHosts"] = list(decided.discovery_names)
+        self.status.discovered_hosts = list(decided.discovery_names)
         return listed
 
     def nudge_launcher(self, listed: str) -> None:
@@ -194,23 +192,25 @@ class ChildWrites(PlanContext):
         The only ambiguous case is a crash between a successful create and the status write right after it:
         the next create then finds the name taken, and the job reports ResourceConflict (fail closed)."""
         name = constants.secret_name(self.name)
-        recorded = self.old_status.get("sshSecretUID")
-        if isinstance(recorded, str) and recorded:
+        recorded = self.previous.status.ssh_secret_uid
+        if recorded:
             return
         if ("Secret", name) in self.snapshot.created:
             uid = self.snapshot.created[("Secret", name)]
-            self.status["sshSecretUID"] = uid or ""
+            self.status.ssh_secret_uid = uid or ""
             if not uid:
                 self.draft.secret_taken = True
                 self.draft.conflicts.append(f"Secret {name}")
                 self.draft.wake.append(SECRET_RETRY_SECONDS)
             return
-        earlier = recorded is None and self.old_status.get("conditions")
-        if earlier and not _reported_foreign_secret(self.old_status, name):
+        # Present but not a string (a hand edit) is not "never recorded": the Secret is created again.
+        never_recorded = recorded is None and "sshSecretUID" not in self.previous.invalid
+        earlier = never_recorded and self.previous.status.conditions
+        if earlier and not _reported_foreign_secret(self.previous.status, name):
             return
         # The status write right after the create then says "created" (no sshSecretUID, with conditions),
         # also when retrying after a conflict ("" would otherwise survive a restart before the uid is recorded).
-        self.status.pop("sshSecretUID", None)
+        self.status.ssh_secret_uid = None
         self.draft.secret.append(self.creation(children.ssh_secret(self.job), ssh=True, exclusive=True))
 
     def ensure_pdb(self) -> None:
@@ -316,7 +316,7 @@ class ChildWrites(PlanContext):
         }
 
 
-def _reported_foreign_secret(status: dict[str, Any], secret: str) -> bool:
+def _reported_foreign_secret(status: JobStatus, secret: str) -> bool:
     """An operator version that watched Secrets said this job's Secret name was taken by someone else."""
-    cond = conditions.get_condition(status, conditions.RESOURCE_CONFLICT) or {}
-    return cond.get("status") == "True" and f"Secret {secret}" in str(cond.get("message") or "")
+    cond = conditions.get_condition(status, conditions.RESOURCE_CONFLICT)
+    return cond is not None and cond.status == "True" and f"Secret {secret}" in (cond.message or "")

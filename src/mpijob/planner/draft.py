@@ -11,6 +11,7 @@ from typing import Any, Final
 from mpijob.api.models import (
     API_VERSION,
     HostDiscovery,
+    JobStatus,
     MPIJobSpec,
 )
 from mpijob.planner import status as conditions
@@ -85,13 +86,15 @@ class PlanContext:
         self.job: Final = snapshot.job
         self.name: Final = name_of(snapshot.job)
         self.now: Final = format_time(snapshot.now)
+        # The last status as written (the status write is a merge patch from it) and as read (typed).
         self.old_status: Final[dict[str, Any]] = copy.deepcopy(snapshot.job.get("status") or {})
+        self.previous: Final = conditions.read_status_fields(self.old_status)
         # Pods of a launcher Job we do not own say nothing about this job.
         launcher = snapshot.launcher
         owned = launcher is not None and is_owned_by(launcher, self.job)
         self.launcher_pods: Final = snapshot.launcher_pods if owned else ()
         self.workers: Final = workers_of(snapshot)
-        self.status: dict[str, Any] = copy.deepcopy(self.old_status)
+        self.status: JobStatus = self.previous.status.model_copy(deep=True)
         self.draft = Draft()
 
     def emit(self, type_: str, reason: str, message: str) -> None:
@@ -142,12 +145,14 @@ class PlanContext:
         return ep is not None and ep.host_discovery is HostDiscovery.API and self.snapshot.config.api_discovery
 
 
-def status_patch(job: Obj, old: dict[str, Any], new: dict[str, Any], now: str) -> Patch | None:
+def status_patch(job: Obj, old: dict[str, Any], status: JobStatus, now: str) -> Patch | None:
     """The status write, only when the status changed (a steady job writes nothing), optimistic on the
-    job's resourceVersion. Sets `state` (and `lastReconcileTime` when writing) on `new`."""
-    new["state"] = conditions.state(new)
+    job's resourceVersion. Sets `state` (and `lastReconcileTime` when writing) on `status`."""
+    status.state = conditions.state(status)
+    new = conditions.dump_status(status)
     if new == old:
         return None
+    status.last_reconcile_time = now
     new["lastReconcileTime"] = now
     return Patch(
         API_VERSION,

@@ -4,8 +4,8 @@ ResourceConflict condition, finishing, and the status write (only when something
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
+from mpijob.api.models import ReplicaStatus
 from mpijob.planner import children
 from mpijob.planner import status as conditions
 from mpijob.planner.actions import Emit
@@ -33,29 +33,25 @@ class JobStatusWrites(PlanContext):
         elif was_suspended:
             self.condition(conditions.SUSPENDED, False, "MPIJobResumed", "MPIJob resumed")
             self.draft.status_events.append(Emit("Normal", "MPIJobResumed", "MPIJob resumed"))
-            self.status["startTime"] = self.now
-        if not suspended and not self.status.get("startTime"):
-            self.status["startTime"] = self.now
+            self.status.start_time = self.now
+        if not suspended and not self.status.start_time:
+            self.status.start_time = self.now
 
     def worker_status(self, decided: WorkerPlan) -> None:
         workers = self.workers
         live = [p for p in workers if not is_terminating(p)]
         running = [p for p in decided.kept if pod_phase(p) == "Running"]
-        worker_status: dict[str, Any] = {
-            "active": len(running),
-            "ready": sum(1 for p in decided.kept if pod_ready(p)),
-            "selector": children.worker_selector(self.name),
-        }
-        failed = sum(1 for p in live if pod_phase(p) == "Failed")
-        succeeded = sum(1 for p in live if pod_phase(p) == "Succeeded")
-        if failed:
-            worker_status["failed"] = failed
-        if succeeded:
-            worker_status["succeeded"] = succeeded
-        statuses = self.status.setdefault("replicaStatuses", {})
-        statuses["Worker"] = worker_status
-        statuses["Launcher"] = self.launcher_status()
-        self.status["leavingWorkers"] = sorted(decided.leaving)
+        # Zero failed or succeeded is left out (None), zero active or ready is said.
+        worker_status = ReplicaStatus(
+            active=len(running),
+            ready=sum(1 for p in decided.kept if pod_ready(p)),
+            selector=children.worker_selector(self.name),
+            failed=sum(1 for p in live if pod_phase(p) == "Failed") or None,
+            succeeded=sum(1 for p in live if pod_phase(p) == "Succeeded") or None,
+        )
+        statuses = {**self.status.replica_statuses, "Worker": worker_status, "Launcher": self.launcher_status()}
+        self.status.replica_statuses = statuses
+        self.status.leaving_workers = sorted(decided.leaving)
 
         if self.spec.run_policy.suspend:
             return
@@ -84,7 +80,7 @@ class JobStatusWrites(PlanContext):
         replacements that cannot be placed), and when it holds it again."""
         below = running < floor
         if below and (
-            conditions.is_true(self.old_status, conditions.RUNNING)
+            conditions.is_true(self.previous.status, conditions.RUNNING)
             or conditions.is_true(self.status, conditions.BELOW_MIN_REPLICAS)
         ):
             message = f"{running} of minReplicas {floor} workers are running"
@@ -95,16 +91,14 @@ class JobStatusWrites(PlanContext):
                 conditions.BELOW_MIN_REPLICAS, False, "MinReplicasRunning", f"{running} workers are running", event=None
             )
 
-    def launcher_status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        active = sum(1 for p in self.launcher_pods if pod_phase(p) == "Running")
-        if active:
-            out["active"] = active
+    def launcher_status(self) -> ReplicaStatus:
+        """Only the counts that are not zero."""
         job_status = (self.snapshot.launcher or {}).get("status") or {}
-        for key in ("failed", "succeeded"):
-            if job_status.get(key):
-                out[key] = job_status[key]
-        return out
+        return ReplicaStatus(
+            active=sum(1 for p in self.launcher_pods if pod_phase(p) == "Running") or None,
+            failed=job_status.get("failed") or None,
+            succeeded=job_status.get("succeeded") or None,
+        )
 
     def conflict_condition(self) -> None:
         if self.draft.conflicts:
@@ -129,7 +123,7 @@ class JobStatusWrites(PlanContext):
         if launcher is not None and is_owned_by(launcher, self.job):
             if condition_true(launcher, "Complete"):
                 done = (launcher.get("status") or {}).get("completionTime") or self.now
-                self.status["completionTime"] = done
+                self.status.completion_time = done
                 self.condition(
                     conditions.SUCCEEDED,
                     True,
@@ -148,7 +142,7 @@ class JobStatusWrites(PlanContext):
                     reason = f"{reason}/{pst.get('reason') or 'Error'}"
                     if pst.get("message"):
                         message = f"{message}: {pst['message']}"
-                self.status["completionTime"] = self.now
+                self.status.completion_time = self.now
                 self.condition(conditions.FAILED, True, reason, message, event="Warning")
                 return
         if self.spec.elastic_policy is None:
@@ -159,7 +153,7 @@ class JobStatusWrites(PlanContext):
             ]
             if evicted:
                 total = len(self.workers)
-                self.status["completionTime"] = self.now
+                self.status.completion_time = self.now
                 self.condition(
                     conditions.FAILED,
                     True,
@@ -169,7 +163,7 @@ class JobStatusWrites(PlanContext):
                 )
 
     def write_status(self) -> None:
-        self.status.setdefault("replicaStatuses", {})
+        self.status.replica_statuses = dict(self.status.replica_statuses)  # always written, if empty
         patch = status_patch(self.job, self.old_status, self.status, self.now)
         if patch is not None:
             # Announced with the status write, so a retried reconcile does not repeat them.

@@ -95,19 +95,19 @@ class _Planner(ChildWrites, JobStatusWrites):
         5 min after the last failure. The count is forgotten after 10 quiet minutes. Both live in the status,
         so a restart does not reset them."""
         failed_now = decided.failures  # counted by elastic.new_failures
-        raw = self.status.get("recentWorkerFailures")
-        count = raw if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw <= 10**6 else 0
-        last = parse_time(self.status.get("lastWorkerFailureTime"))
+        recorded = self.status.recent_worker_failures
+        count = recorded if recorded is not None and recorded <= 10**6 else 0
+        # Written, even if unreadable (then it goes at the next status write).
+        written = recorded is not None or "recentWorkerFailures" in self.previous.invalid
+        last = parse_time(self.status.last_worker_failure_time)
         if failed_now:
             count += failed_now
             last = self.snapshot.now
-            self.status["recentWorkerFailures"] = count
-            self.status["lastWorkerFailureTime"] = self.now
-        elif (count or raw is not None) and (
-            last is None or (self.snapshot.now - last).total_seconds() >= BACKOFF_RESET_SECONDS
-        ):
-            self.status.pop("recentWorkerFailures", None)
-            self.status.pop("lastWorkerFailureTime", None)
+            self.status.recent_worker_failures = count
+            self.status.last_worker_failure_time = self.now
+        elif written and (last is None or (self.snapshot.now - last).total_seconds() >= BACKOFF_RESET_SECONDS):
+            self.status.recent_worker_failures = None
+            self.status.last_worker_failure_time = None
             return decided
         if count < BACKOFF_AFTER or not decided.to_create or last is None:
             return decided
@@ -122,15 +122,13 @@ class _Planner(ChildWrites, JobStatusWrites):
         """status.lastWorkerIndex, read strictly: anything but an integer in [0, MAX_WORKER_INDEX] (a status
         writer's typo, a huge number that would make worker names invalid) is ignored; the highest index
         of an existing worker takes its place, and the next status write corrects it."""
-        value = self.status.get("lastWorkerIndex")
-        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_WORKER_INDEX:
+        value = self.status.last_worker_index
+        if value is not None and 0 <= value <= MAX_WORKER_INDEX:
             return value
-        if value is not None:
-            del self.status["lastWorkerIndex"]
+        if value is not None or "lastWorkerIndex" in self.previous.invalid:
             taken = [i for p in self.workers if (i := constants.worker_index(self.name, name_of(p))) is not None]
-            if taken:
-                self.status["lastWorkerIndex"] = max(taken)
-        return -1 if "lastWorkerIndex" not in self.status else int(self.status["lastWorkerIndex"])
+            self.status.last_worker_index = max(taken) if taken else None
+        return -1 if self.status.last_worker_index is None else self.status.last_worker_index
 
     # -- the plan ------------------------------------------------------------------------------------
     def run(self) -> Plan:
@@ -140,7 +138,7 @@ class _Planner(ChildWrites, JobStatusWrites):
                 self.status, conditions.INVALID_SPEC, False, "SpecFixed", "the spec is valid again", self.now
             )
             self.draft.status_events.append(Emit("Normal", "SpecFixed", "the spec is valid again; resuming"))
-        if not self.status.get("conditions"):
+        if not self.status.conditions:
             self.condition(
                 conditions.CREATED,
                 True,
@@ -187,7 +185,7 @@ class _Planner(ChildWrites, JobStatusWrites):
             self.spec,
             suspended=suspended,
             last_index=self.last_worker_index(),
-            previous=conditions.read_status(self.old_status),
+            previous=self.previous.status,
         )
 
     def mark_leaving(self, decided: WorkerPlan) -> None:
@@ -242,7 +240,7 @@ class _Planner(ChildWrites, JobStatusWrites):
             podgroups.decorate(pod["metadata"], pod["spec"], self.name, config.gang_scheduler)
             self.draft.create.append(self.creation(pod))
         if decided.to_create:
-            self.status["lastWorkerIndex"] = max([*decided.to_create, self.last_worker_index()])
+            self.status.last_worker_index = max([*decided.to_create, self.last_worker_index()])
         for name in decided.foreign_names:
             self.draft.conflicts.append(f"Pod {name}")
         if decided.wake_after is not None:
@@ -274,9 +272,9 @@ class _Planner(ChildWrites, JobStatusWrites):
             conditions.set_condition(
                 self.status, conditions.RUNNING, False, "MPIJobFinished", "MPIJob finished", self.now
             )
-        if not self.status.get("completionTime"):
-            self.status["completionTime"] = self.now
-        self.status.setdefault("replicaStatuses", {})["Launcher"] = self.launcher_status()
+        if not self.status.completion_time:
+            self.status.completion_time = self.now
+        self.status.replica_statuses = {**self.status.replica_statuses, "Launcher": self.launcher_status()}
         self.ensure_pod_group(wanted=False)
         policy = self.spec.run_policy.clean_pod_policy or CleanPodPolicy.NONE
         for pod in self.workers:
@@ -289,12 +287,12 @@ class _Planner(ChildWrites, JobStatusWrites):
         # Keep the worker counts true after cleanup (the Ready column of `kubectl get`).
         deleted = {a.name for a in self.draft.delete}
         remaining = [p for p in self.workers if not is_terminating(p) and name_of(p) not in deleted]
-        worker_status = self.status["replicaStatuses"].get("Worker")
+        worker_status = self.status.replica_statuses.get("Worker")
         if worker_status is not None:
-            worker_status["active"] = sum(1 for p in remaining if pod_phase(p) == "Running")
-            worker_status["ready"] = sum(1 for p in remaining if pod_ready(p))
+            worker_status.active = sum(1 for p in remaining if pod_phase(p) == "Running")
+            worker_status.ready = sum(1 for p in remaining if pod_ready(p))
         ttl = self.spec.run_policy.ttl_seconds_after_finished
-        done = parse_time(self.status.get("completionTime"))
+        done = parse_time(self.status.completion_time)
         if ttl is not None and done is not None:
             left = (done - self.snapshot.now).total_seconds() + ttl
             if left <= 0:
@@ -350,20 +348,22 @@ def _invalid_edit(snapshot: Snapshot, errors: list[str]) -> Plan:
     nothing else. It is neither finished nor cleaned up (a typo must not end a week of training); its pods
     are left alone; fixing the spec resumes it where it was."""
     old = copy.deepcopy(snapshot.job.get("status") or {})
-    status = copy.deepcopy(old)
+    status = conditions.read_status(old)
     now = format_time(snapshot.now)
     message = "; ".join(errors) + "; the job is left as it was until the spec is fixed"
     flipped = conditions.set_condition(status, conditions.INVALID_SPEC, True, "InvalidSpecEdit", message, now)
     # Only the condition changes: `state` and everything else keep what the last valid plan wrote.
-    status["state"] = old.get("state", conditions.state(old))
-    if status == old:
+    if status.state is None:
+        status.state = conditions.state(conditions.read_status(old))
+    new = conditions.dump_status(status)
+    if new == old:
         return NOTHING
-    status["lastReconcileTime"] = now
+    new["lastReconcileTime"] = now
     patch = Patch(
         API_VERSION,
         "MPIJob",
         name_of(snapshot.job),
-        {"status": merge_patch_to(old, status)},
+        {"status": merge_patch_to(old, new)},
         resource_version=meta(snapshot.job).get("resourceVersion"),
         subresource="status",
         announce=(Emit("Warning", "ValidationError", message),) if flipped else (),
@@ -374,13 +374,14 @@ def _invalid_edit(snapshot: Snapshot, errors: list[str]) -> Plan:
 def _invalid(snapshot: Snapshot, errors: list[str]) -> Plan:
     """An invalid job is marked Failed with a message naming the field, and nothing is created."""
     old = copy.deepcopy(snapshot.job.get("status") or {})
-    status = copy.deepcopy(old)
+    status = conditions.read_status(old)
     now = format_time(snapshot.now)
     message = "; ".join(errors)
-    if not status.get("conditions"):
+    if not status.conditions:
         conditions.set_condition(status, conditions.CREATED, True, "MPIJobCreated", "MPIJob is created.", now)
     flipped = conditions.set_condition(status, conditions.FAILED, True, "InvalidSpec", message, now)
-    status.setdefault("completionTime", now)
+    if status.completion_time is None:
+        status.completion_time = now
     patch = status_patch(snapshot.job, old, status, now)
     if patch is None:
         return NOTHING

@@ -28,10 +28,11 @@ from prometheus_client.registry import Collector
 
 from mpijob.api import constants as c
 from mpijob.api.models import GROUP, PLURAL, VERSION
+from mpijob.api.objects import is_true
 from mpijob.executor.apply import Executor, Outcome
 from mpijob.planner.actions import Action, Create, Delete, Patch
 from mpijob.planner.snapshot import OperatorConfig, Snapshot, parse_time
-from mpijob.planner.status import CREATED, FAILED, SUCCEEDED, is_true
+from mpijob.planner.status import CREATED, FAILED, SUCCEEDED
 from mpijob.planner.workers import node_signal
 from mpijob.runtime.cache import Cache, Key
 from mpijob.runtime.controller import Controller
