@@ -103,7 +103,7 @@ class Plan(Sequence[Action]):
       a launcher could act on wrongly.
     - announce: Events of the decisions above that are not one write's (NodeTerminating, WorkersLeaving, ...).
     - children: the job's other objects (Service, PDB, PodGroup, discovery RBAC, launcher Job changes).
-    - secret: the SSH Secret's exclusive create, right before the status (see `ChildWrites.ensure_secret`).
+    - secret: the SSH Secret's exclusive create, right before the status (see `child_writes.ensure_secret`).
     - status: the status write (its Events are announced with it).
     - delete: pods that go; after the status, which records why (leavingWorkers, discoveredHosts).
     - create: new workers and the launcher; after the status, which records lastWorkerIndex.

@@ -20,13 +20,11 @@ from mpijob.api.models import (
     CleanPodPolicy,
     MPIJobSpec,
 )
-from mpijob.planner import children, podgroups
+from mpijob.planner import child_writes, children, job_status, podgroups
 from mpijob.planner import status as conditions
 from mpijob.planner.actions import NOTHING, ConfirmAbsence, Delete, Emit, Patch, Plan
-from mpijob.planner.child_writes import ChildWrites
-from mpijob.planner.draft import merge_patch_to, status_patch
+from mpijob.planner.draft import PlanContext, merge_patch_to, status_patch
 from mpijob.planner.elastic import plan_elastic
-from mpijob.planner.job_status import JobStatusWrites
 from mpijob.planner.snapshot import (
     Obj,
     Snapshot,
@@ -84,9 +82,10 @@ def create_budget(existing_workers: int) -> int:
 MAX_WORKER_INDEX = 99_999
 
 
-class _Planner(ChildWrites, JobStatusWrites):
+class _Planner(PlanContext):
     """The plan of a valid job: the worker decisions and their writes here, the other objects in
-    child_writes.py, the status in job_status.py, the shared inputs and helpers in draft.py."""
+    child_writes.py, the status in job_status.py (functions of the PlanContext), the shared inputs and helpers
+    in draft.py."""
 
     def replacement_backoff(self, decided: WorkerPlan) -> WorkerPlan:
         """No churn: workers that keep failing (or keep landing on a terminating node) are replaced with a
@@ -147,35 +146,35 @@ class _Planner(ChildWrites, JobStatusWrites):
             )
         if not conditions.is_finished(self.status):
             # Checked first: a job whose launcher already finished gets no new workers or children.
-            self.detect_finish()
+            job_status.detect_finish(self)
         if conditions.is_finished(self.status):
             self.finished()
         else:
             self.active()
-        self.write_status()
+        job_status.write_status(self)
         return self.draft.freeze()
 
     def active(self) -> None:
         """A job that has not finished: its workers' decisions, then its children, launcher and status. The
         order the writes go out in is Plan.PHASES, whatever the order of the calls here."""
         suspended = self.spec.run_policy.suspend
-        self.suspension(suspended)
-        self.ensure_service()
+        job_status.suspension(self, suspended)
+        child_writes.ensure_service(self)
         decided = self.decide_workers(suspended)
         self.record_worker_decisions(decided)
         self.mark_leaving(decided)
-        listed = self.ensure_config_map(decided)
-        self.nudge_launcher(listed)
+        listed = child_writes.ensure_config_map(self, decided)
+        child_writes.nudge_launcher(self, listed)
         self.announce_decisions(decided)
-        self.ensure_secret()
-        self.ensure_pdb()
-        self.ensure_pod_group(wanted=not suspended)
+        child_writes.ensure_secret(self)
+        child_writes.ensure_pdb(self)
+        child_writes.ensure_pod_group(self, wanted=not suspended)
         decided = self.worker_writes(decided, suspended)
-        ready, account = self.ensure_discovery_access()
+        ready, account = child_writes.ensure_discovery_access(self)
         if ready:
-            self.ensure_launcher(decided, account)
-        self.worker_status(decided)
-        self.conflict_condition()
+            child_writes.ensure_launcher(self, decided, account)
+        job_status.worker_status(self, decided)
+        job_status.conflict_condition(self)
 
     def decide_workers(self, suspended: bool) -> WorkerPlan:
         if self.spec.elastic_policy is None:
@@ -274,8 +273,8 @@ class _Planner(ChildWrites, JobStatusWrites):
             )
         if not self.status.completion_time:
             self.status.completion_time = self.now
-        self.status.replica_statuses = {**self.status.replica_statuses, "Launcher": self.launcher_status()}
-        self.ensure_pod_group(wanted=False)
+        self.status.replica_statuses = {**self.status.replica_statuses, "Launcher": job_status.launcher_status(self)}
+        child_writes.ensure_pod_group(self, wanted=False)
         policy = self.spec.run_policy.clean_pod_policy or CleanPodPolicy.NONE
         for pod in self.workers:
             if is_terminating(pod):
@@ -334,10 +333,9 @@ def plan(snapshot: Snapshot) -> Plan:
 
 def _started(snapshot: Snapshot) -> bool:
     """Whether the job ever ran or has anything running: then a bad spec is an edit, not a bad job."""
-    status = snapshot.job.get("status") or {}
     launcher = snapshot.launcher
     return (
-        bool(status.get("startTime"))
+        bool(conditions.read_status(snapshot.job.get("status")).start_time)
         or bool(snapshot.owned_pods)
         or (launcher is not None and is_owned_by(launcher, snapshot.job))
     )
