@@ -181,7 +181,7 @@ def parse_ts(value: str) -> datetime:
 
 def discovery_names(data: dict[str, str]) -> list[str]:
     """Pod names in a version of the job's ConfigMap data: the discovery list the launcher reads from the API."""
-    return [host.split(".", 1)[0] for host in listed_hosts(data)]
+    return [host.split(".", 1)[0] for host in listed_hosts(data) or []]
 
 
 async def run_discovery(kube: Kube, job: str, source: str = "API") -> list[str]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from mpijob.api import constants as c
 from mpijob.api.objects import get_condition, is_true
+from mpijob.planner import discovery
 from mpijob.planner.actions import Action, Create, Delete, Emit, Patch, RequeueAfter
 from mpijob.planner.snapshot import Obj, OperatorConfig, Snapshot, format_time
 
@@ -595,7 +596,11 @@ def env_of(container: Obj) -> dict[str, str]:
 def existing_children(job: Obj, *, data: Mapping[str, str] | None = None) -> dict[str, Any]:
     """snap() keyword arguments for a job whose Service, ConfigMap, Secret, PDB and launcher access (if elastic)
     and launcher exist, so a plan shows only what a test is about. The launcher pod carries the discovery list
-    of `data`, as the operator would have annotated it."""
+    of `data`, as the operator would have annotated it. By default the ConfigMap has an empty discovery list
+    (a known listing that names no host)."""
+    if data is None:
+        meta = job["metadata"]
+        data = {c.DISCOVERED_HOSTS_KEY: discovery.payload(meta.get("namespace", ""), meta["name"], [], 1, "earlier")}
     ep = job["spec"].get("elasticPolicy")
     launcher = launcher_job(job)
     pod = launcher_pod(launcher)

@@ -234,7 +234,7 @@ class World:
 
     def discovered(self, job_name: str) -> list[str]:
         """Pod names in the job's discovery list (the first label of each host name)."""
-        return [host.split(".")[0] for host in listed_hosts(self.config_data(job_name))]
+        return [host.split(".")[0] for host in listed_hosts(self.config_data(job_name)) or []]
 
     def hostfile_hosts(self, job_name: str) -> list[str]:
         text = self.config_data(job_name)[c.HOSTFILE_KEY]

@@ -109,7 +109,7 @@ def ensure_config_map(ctx: PlanContext, decided: WorkerPlan) -> str:
             resource_version=meta(current).get("resourceVersion"),
         )
         ctx.draft.discovery.append(patch)
-        if set(discovery.listed_hosts(current.get("data") or {})) - set(discovery.listed_hosts(data)):
+        if _drops_hosts(discovery.listed_hosts(current.get("data") or {}), listed):
             ctx.draft.dropping_hosts.append(patch)
     ctx.status.discovered_hosts = list(decided.discovery_names)
     return listed
@@ -134,8 +134,9 @@ def nudge_launcher(ctx: PlanContext, listed: str) -> None:
                 {"metadata": {"annotations": {constants.ANNOTATION_DISCOVERED_HOSTS: listed}}},
             )
             ctx.draft.discovery.append(patch)
-            before = discovery.listed_hosts({constants.DISCOVERED_HOSTS_KEY: current or ""})
-            if set(before) - set(discovery.listed_hosts({constants.DISCOVERED_HOSTS_KEY: listed})):
+            # No annotation yet: nothing was projected, so nothing is dropped.
+            before = [] if current is None else discovery.listed_hosts({constants.DISCOVERED_HOSTS_KEY: current})
+            if _drops_hosts(before, listed):
                 ctx.draft.dropping_hosts.append(patch)
 
 
@@ -322,6 +323,12 @@ def resume_patch(ctx: PlanContext, current: Obj) -> Obj:
             },
         }
     }
+
+
+def _drops_hosts(before: list[str] | None, listed: str) -> bool:
+    """Whether replacing a discovery list with `listed` drops a host; an unknown listing (None) may."""
+    after = discovery.listed_hosts({constants.DISCOVERED_HOSTS_KEY: listed}) or []
+    return before is None or bool(set(before) - set(after))
 
 
 def _reported_foreign_secret(status: JobStatus, secret: str) -> bool:

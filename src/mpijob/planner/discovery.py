@@ -15,7 +15,7 @@ is printed as such, exit 0: Horovod then waits for hosts, which is what the job'
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from mpijob.api import constants
 
@@ -41,19 +41,20 @@ def payload_hosts(text: str | None) -> list[str] | None:
     return hosts
 
 
-def listed_lines(data: dict[str, str]) -> list[str]:
-    """The `host:slots` lines a job's ConfigMap data lists for discovery: the discovery list, or for data
-    written before the list existed the `echo host:slots` lines of the script."""
-    hosts = payload_hosts(data.get(constants.DISCOVERED_HOSTS_KEY))
-    if hosts is None:
-        script = data.get(constants.DISCOVER_HOSTS_KEY) or ""
-        hosts = [line.removeprefix("echo ").strip() for line in script.splitlines() if line.startswith("echo ")]
-    return hosts
+def listed_lines(data: Mapping[str, str]) -> list[str] | None:
+    """The `host:slots` lines of a job's discovery list (ConfigMap data, key `discovered_hosts`), or None for
+    an *unknown listing*: data without a list we can read (a ConfigMap written by an operator version before
+    the list existed, or edited by hand). The generated script is never parsed to learn what was listed;
+    callers treat an unknown listing conservatively (see `listed_hosts`)."""
+    return payload_hosts(data.get(constants.DISCOVERED_HOSTS_KEY))
 
 
-def listed_hosts(data: dict[str, str]) -> list[str]:
-    """Host names (without slots) of listed_lines()."""
-    return [h.rpartition(":")[0] or h for h in listed_lines(data)]
+def listed_hosts(data: Mapping[str, str]) -> list[str] | None:
+    """Host names (without slots) of listed_lines(), or None for an unknown listing: then any host may be
+    listed (a write replacing it may drop hosts; a leaving worker may still be served), and the next
+    ConfigMap write, which always carries the list, makes it known."""
+    lines = listed_lines(data)
+    return None if lines is None else [h.rpartition(":")[0] or h for h in lines]
 
 
 def desired_payload(current: str | None, namespace: str, job: str, hosts: Sequence[str], slots: int, now: str) -> str:

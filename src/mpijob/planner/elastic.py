@@ -66,7 +66,8 @@ class Record:
     leaving: frozenset[str]
     # status.lastWorkerIndex, read strictly (see _Planner.last_worker_index).
     last_index: int
-    # Workers our (owned) ConfigMap's discovery list still names, as last written.
+    # Workers our (owned) ConfigMap's discovery list still names, as last written; all of them while the
+    # listing is unknown (a ConfigMap without the list: a leaving worker is marked again, from now).
     in_discovery: frozenset[str]
 
 
@@ -74,11 +75,14 @@ def read_record(snapshot: Snapshot, workers: Sequence[Obj], last_index: int, pre
     config_map = snapshot.config_map
     in_discovery: frozenset[str] = frozenset()
     if config_map is not None and is_owned_by(config_map, snapshot.job):
-        hosts = set(listed_hosts(config_map.get("data") or {}))
+        hosts = listed_hosts(config_map.get("data") or {})
         job = snapshot.job["metadata"]
         domain = snapshot.config.cluster_domain
         in_discovery = frozenset(
-            name_of(p) for p in workers if host_fqdn(name_of(p), job["name"], job.get("namespace", ""), domain) in hosts
+            name_of(p)
+            for p in workers
+            # An unknown listing may name any worker (see discovery.listed_hosts).
+            if hosts is None or host_fqdn(name_of(p), job["name"], job.get("namespace", ""), domain) in hosts
         )
     return Record(
         discovered=frozenset(previous.discovered_hosts),
