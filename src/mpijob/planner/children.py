@@ -234,13 +234,15 @@ def launcher_job(job: Obj, spec: MPIJobSpec, *, discovery_account: str | None = 
     }
 
 
-def discovery_service_account(job: Obj) -> Obj:
+def _discovery_access_object(job: Obj, api_version: str, kind: str, **fields: object) -> Obj:
+    """One of the launcher's discovery access objects (ServiceAccount, Role, RoleBinding): one name for all."""
     name = name_of(job)
-    return {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": _metadata(job, constants.discovery_rbac_name(name), default_labels(name, constants.ROLE_LAUNCHER)),
-    }
+    metadata = _metadata(job, constants.discovery_rbac_name(name), default_labels(name, constants.ROLE_LAUNCHER))
+    return {"apiVersion": api_version, "kind": kind, "metadata": metadata, **fields}
+
+
+def discovery_service_account(job: Obj) -> Obj:
+    return _discovery_access_object(job, "v1", "ServiceAccount")
 
 
 def discovery_rules(job: Obj) -> list[Obj]:
@@ -256,13 +258,7 @@ def discovery_rules(job: Obj) -> list[Obj]:
 
 
 def discovery_role(job: Obj) -> Obj:
-    name = name_of(job)
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": _metadata(job, constants.discovery_rbac_name(name), default_labels(name, constants.ROLE_LAUNCHER)),
-        "rules": discovery_rules(job),
-    }
+    return _discovery_access_object(job, "rbac.authorization.k8s.io/v1", "Role", rules=discovery_rules(job))
 
 
 def discovery_subjects(job: Obj, account: str) -> list[Obj]:
@@ -270,18 +266,14 @@ def discovery_subjects(job: Obj, account: str) -> list[Obj]:
 
 
 def discovery_role_binding(job: Obj, account: str) -> Obj:
-    name = name_of(job)
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": _metadata(job, constants.discovery_rbac_name(name), default_labels(name, constants.ROLE_LAUNCHER)),
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "Role",
-            "name": constants.discovery_rbac_name(name),
-        },
-        "subjects": discovery_subjects(job, account),
+    role = {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": constants.discovery_rbac_name(name_of(job)),
     }
+    return _discovery_access_object(
+        job, "rbac.authorization.k8s.io/v1", "RoleBinding", roleRef=role, subjects=discovery_subjects(job, account)
+    )
 
 
 def launcher_scheduling_directives(spec: MPIJobSpec) -> Obj:
