@@ -21,6 +21,7 @@ import kopf
 import orjson
 from kubernetes_asyncio import client as k8s_client
 
+from mpijob.api.models import GROUP, PLURAL, VERSION
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.kubeconfig import load_api_client
 from mpijob.planner import podgroups
@@ -28,6 +29,7 @@ from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import resync
 from mpijob.runtime.controller import Controller
 from mpijob.runtime.metrics import InstrumentedController, InstrumentedExecutor, Metrics
+from mpijob.runtime.served import wait_until_served
 
 log = logging.getLogger("mpijob.operator")
 
@@ -167,6 +169,12 @@ async def run(
     api = await load_api_client(options.kubeconfig)
     client = Client(api, qps=options.qps, burst=options.burst)
     config = options.planner
+    # kopf reads discovery once at start: make sure it sees our CRD-backed kinds (runtime/served.py).
+    watched = [(GROUP, VERSION, PLURAL)]
+    if config.gang_scheduler:
+        group, version = podgroups.api_version(config.gang_scheduler).split("/")
+        watched.append((group, version, "podgroups"))
+    await wait_until_served(client, watched)
     if config.gang_scheduler:
         await _check_pod_group_crd(client, config.gang_scheduler)
     metrics = Metrics()
