@@ -70,9 +70,12 @@ async def wait_until_served(
     doubling up to `most`, and says every ~10 s what it waits for."""
     for group, version, plural in kinds:
         delay = pause
-        said = time.monotonic()
+        said = 0.0
         while (state := await discovery_state(client, group, version, plural)) == PENDING:
-            if time.monotonic() - said >= 10:
+            if not said:
+                log.info("waiting for the API server to serve %s/%s %s (discovery)", group, version, plural)
+                said = time.monotonic()
+            elif time.monotonic() - said >= 10:
                 log.warning("waiting for the API server to serve %s/%s %s (discovery)", group, version, plural)
                 said = time.monotonic()
             await asyncio.sleep(delay)
