@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -43,6 +44,31 @@ HERE = Path(__file__).parent / "horovod"
 COMMIT = re.compile(r"COMMIT batch=(\d+) size=(\d+)")
 RESET = re.compile(r"RESET batch=(\d+) size=(\d+)")
 ROLLBACK = re.compile(r"ROLLBACK from=(\d+) to=(\d+)")
+# Run in the launcher with {worker name: IP or None} on stdin and the workers' DNS suffix as argument. /etc/hosts
+# is the kubelet's file bind-mounted into the container: it cannot be replaced by a rename, and truncating it would
+# let a concurrent reader (the discovery script, ssh) see it empty. So a stale line is turned into a comment by
+# writing one byte (`#`) at its start, and new lines are appended: every state a reader can see is consistent.
+EDIT_HOSTS = """
+import json, sys
+want, suffix = json.load(sys.stdin), sys.argv[1]
+with open("/etc/hosts", "r+b") as f:
+    offset, live = 0, set()
+    for line in f.read().split(b"\\n"):
+        fields = line.decode().split()
+        name = fields[-1] if len(fields) > 1 and not fields[0].startswith("#") else None
+        if name in want:
+            if want[name] == fields[0]:
+                live.add(name)
+            else:
+                f.seek(offset)
+                f.write(b"#")
+        offset += len(line) + 1
+with open("/etc/hosts", "a") as f:
+    for name, ip in want.items():
+        if ip and name not in live:
+            f.write(f"{ip} {name}.{suffix} {name}\\n")
+            f.flush()
+"""
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +135,8 @@ class Run:
 
     def __init__(self, tb: cluster.Testbed, kube: Kube, job: str) -> None:
         self.tb, self.kube, self.job = tb, kube, job
-        self.known: set[str] = set()
+        self.written: dict[str, tuple[str, str]] = {}  # worker name -> (pod uid, IP) in the launcher's /etc/hosts
+        self.pending: dict[str, tuple[str, str | None]] = {}
         self.launcher = ""
 
     async def start(self, image: str, workers: int) -> None:
@@ -123,33 +150,51 @@ class Run:
         await self.kube.create(horovod_job(self.job, image, workers))
 
     async def sync_hosts(self) -> None:
-        """Append `IP name` for each worker pod with an IP that the launcher's /etc/hosts lacks."""
+        """Make the launcher's /etc/hosts answer for each worker pod as a headless Service's records would:
+        a worker's name maps to its current pod's IP. A recreated pod (same name, new uid: scale-out reuses the
+        lowest free index) invalidates the old pod's line at once, so the name does not resolve to a stale IP
+        while the new pod has none; the new line is added once it has an IP."""
         if not self.launcher:
             running = [p for p in await self.kube.launcher_pods(self.job) if p["status"].get("phase") == "Running"]
             if not running:
                 return
             self.launcher = running[0]["metadata"]["name"]
-        lines = []
+        want: dict[str, str | None] = {}
         for pod in await self.kube.workers(self.job):
-            ip, name = pod["status"].get("podIP"), pod["metadata"]["name"]
-            if ip and f"{name}/{ip}" not in self.known and not pod["metadata"].get("deletionTimestamp"):
-                lines.append(f"{ip} {name}.{self.job}.{self.kube.ns}.svc {name}")
-                self.known.add(f"{name}/{ip}")
-        if lines:
-            text = "".join(line + "\n" for line in lines)
-            kubectl(
-                self.tb,
-                "-n",
-                self.kube.ns,
-                "exec",
-                "-i",
-                self.launcher,
-                "--",
-                "sh",
-                "-c",
-                "cat >> /etc/hosts",
-                input_text=text,
-            )
+            meta = pod["metadata"]
+            name, uid, ip = meta["name"], meta["uid"], pod["status"].get("podIP")
+            if meta.get("deletionTimestamp"):
+                continue  # the old line stays until a new pod takes the name (the rollback test relies on it)
+            written = self.written.get(name)
+            if ip and written != (uid, ip):
+                want[name] = ip
+            elif not ip and written and written[0] != uid:
+                want[name] = None
+            else:
+                continue
+            self.pending[name] = (uid, ip)
+        if not want:
+            return
+        kubectl(
+            self.tb,
+            "-n",
+            self.kube.ns,
+            "exec",
+            "-i",
+            self.launcher,
+            "--",
+            "python3",
+            "-c",
+            EDIT_HOSTS,
+            f"{self.job}.{self.kube.ns}.svc",
+            input_text=json.dumps(want),
+        )
+        for name in want:
+            uid, ip = self.pending.pop(name)
+            if ip:
+                self.written[name] = (uid, ip)
+            else:
+                self.written.pop(name, None)
 
     async def keep_hosts_synced(self) -> None:
         while True:
@@ -171,6 +216,19 @@ class Run:
             return check(self.log())
 
         return await eventually(probe, within=within, interval=1, what=what)
+
+
+def diagnostics(tb: cluster.Testbed, kube: Kube, run: Run) -> str:
+    """Processes and name resolution in each pod of the job, for a failure's post-mortem."""
+    out = []
+    pods = kubectl(tb, "-n", kube.ns, "get", "pods", "-o", "wide")
+    out.append(pods)
+    for line in pods.splitlines()[1:]:
+        name = line.split()[0]
+        for cmd in ("ps -eo pid,ppid,etime,args", "cat /etc/hosts", "cat /tmp/discovered 2>/dev/null"):
+            with contextlib.suppress(AssertionError, subprocess.TimeoutExpired):
+                out.append(f"--- {name}: {cmd}\n" + kubectl(tb, "-n", kube.ns, "exec", name, "--", "sh", "-c", cmd))
+    return "\n".join(out)
 
 
 def commits(log: str) -> list[tuple[int, int]]:
@@ -255,6 +313,29 @@ async def test_horovod_elastic_keeps_training_through_a_targeted_scale_in_withou
         assert sizes[0] == 4 and sizes[-1] == 2 and 3 not in sizes, sizes
         batches = [b for b, _ in commits(log)]
         assert batches == sorted(batches) and len(set(batches)) == len(batches), batches
+
+        # Scale-out: a third worker (the lowest free index, so hvd-worker-1 again: docs/elastic.md "Indexes")
+        # joins the ring. Only 3 hosts of 1 slot exist then, so a commit at size 3 means the new one has a rank.
+        mark = last_batch(run.log())
+        await kube.patch_job(run.job, {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 3}}}})
+        try:
+            log = await run.wait_log(
+                lambda log: log if commits_after(log, mark, 3, 3) else None, "training going on with 3 workers"
+            )
+        except BaseException:
+            print(diagnostics(tb, kube, run))
+            raise
+        assert not ROLLBACK.search(log), log[-3000:]
+        assert "blacklist" not in log, log[-3000:]
+        after = log[log.index(f"COMMIT batch={mark} ") :]
+        resets = [(int(b), int(s)) for b, s in RESET.findall(after)]
+        # The old ranks go on from where they were (a commit boundary) at the new size; nothing goes back.
+        assert resets and all(s == 3 and b >= mark and b % 5 == 0 for b, s in resets), resets
+        assert [s for _, s in commits(after)][-1] == 3, commits(after)
+        batches = [b for b, _ in commits(log)]
+        assert batches == sorted(batches) and len(set(batches)) == len(batches), batches
+        joined = kubectl(tb, "-n", kube.ns, "exec", c.worker_name(run.job, 1), "--", "ps", "-eo", "args")
+        assert "elastic_train.py" in joined, joined
 
     finally:
         syncer.cancel()
