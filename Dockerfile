@@ -16,10 +16,10 @@ RUN python -m venv /opt/mpijob \
  && /opt/mpijob/bin/pip install --require-hashes --only-binary=:all: -r requirements.lock \
  && python -m venv /opt/build \
  && /opt/build/bin/pip install --require-hashes -r requirements-build.lock
-# The operator itself, without touching the locked dependencies; bytecode compiled now, since the
-# root filesystem is read-only at run time.
+# The operator itself (src/mpijob only: the development testbed is not part of the image), without touching
+# the locked dependencies; bytecode compiled now, since the root filesystem is read-only at run time.
 COPY pyproject.toml README.md ./
-COPY src ./src
+COPY src/mpijob ./src/mpijob
 RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation -w /tmp/wheel . \
  && /opt/mpijob/bin/pip install --no-deps /tmp/wheel/*.whl \
  && /opt/mpijob/bin/python -m compileall -q /opt/mpijob/lib

@@ -7,11 +7,12 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test lint unit integration testbed testbed-node testbed-extras e2e helm bench compare crd docs bundle plugin-archive lock image clean chaos
 TESTBED_BIN ?= $(or $(MPIJOB_TESTBED_BIN),.cache/testbed/bin)
 
-$(STAMP): pyproject.toml
-	@echo "[setup] creating $(VENV) and installing mpijob with its dev tools"
+# The operator with its dev tools, and the development testbed (its own distribution: testbed/pyproject.toml).
+$(STAMP): pyproject.toml testbed/pyproject.toml
+	@echo "[setup] creating $(VENV) and installing mpijob and mpijob-testbed with the dev tools"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e ./testbed
 	@touch $(STAMP)
 
 testbed:
@@ -22,7 +23,7 @@ helm:
 	bash testbed/helm/build.sh
 
 # The real node's parts (root): Debian packages, then the kubelet (own stamp; the kwok-only testbed never waits
-# for it). `mpijob testbed up --real-node` does both itself when needed.
+# for it). `mpijob-testbed up --real-node` does both itself when needed.
 testbed-node:
 	bash testbed/install-node-deps.sh
 	nice -n 10 bash testbed/build-node.sh
@@ -37,7 +38,7 @@ testbed-extras:
 	bash testbed/extras/build.sh || echo "[extras] build failed; tests/integration/test_scheduling.py will skip"
 
 demo: $(STAMP) testbed
-	$(BIN)/mpijob demo
+	$(BIN)/mpijob-testbed demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
@@ -100,5 +101,5 @@ bundle: crd testbed
 	$(TESTBED_BIN)/kubectl kustomize deploy/overlays/standalone > deploy/mpijob-operator.yaml
 
 clean:
-	-$(BIN)/mpijob testbed down
+	-$(BIN)/mpijob-testbed down
 	rm -rf $(VENV) .cache .testbed

@@ -43,8 +43,8 @@ import yaml
 
 from mpijob.api import constants as c
 from mpijob.executor.client import ApiError, Client
-from mpijob.runtime.operator import load_api_client
-from mpijob.testbed import cluster
+from mpijob.executor.kubeconfig import load_api_client
+from mpijob_testbed import cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".cache" / "compare"

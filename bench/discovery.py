@@ -41,9 +41,9 @@ from mpijob.api.models import API_VERSION
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import collection_path, object_path
 from mpijob.planner.discovery import listed_hosts
-from mpijob.testbed import cluster, delete_node, taint_node
-from mpijob.testbed.client import load_api_client
-from mpijob.testbed.nodes import node_manifest
+from mpijob_testbed import cluster, delete_node, taint_node
+from mpijob_testbed.client import load_api_client
+from mpijob_testbed.nodes import node_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTNAME = "kubernetes.io/hostname"

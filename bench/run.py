@@ -25,13 +25,14 @@ from typing import Any
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
 from mpijob.executor.client import ApiError, Client
+from mpijob.executor.kubeconfig import load_api_client
 from mpijob.executor.resources import collection_path, object_path
 from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Snapshot
 from mpijob.runtime.controller import Controller
-from mpijob.runtime.operator import OperatorOptions, load_api_client, run
-from mpijob.testbed import cluster, create_node, delete_node, taint_node
+from mpijob.runtime.operator import OperatorOptions, run
+from mpijob_testbed import cluster, create_node, delete_node, taint_node
 
 ROOT = Path(__file__).resolve().parents[1]
 

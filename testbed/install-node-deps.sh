@@ -2,7 +2,7 @@
 # Installs what the real testbed node needs from Debian packages (root and apt required):
 #   containerd runc containernetworking-plugins (bridge, host-local, loopback, portmap)
 #   iptables + nftables (the DNAT rule for the `kubernetes` Service; nft removes tables iptables created)  umoci busybox-static mmdebstrap (local images)
-# Installing packages is the one host change `mpijob testbed down` does not undo (see docs/testbed.md);
+# Installing packages is the one host change `mpijob-testbed down` does not undo (see docs/testbed.md);
 # the packages' own services are never started: `up --real-node` runs containerd from its own config.
 set -euo pipefail
 pkgs=(containerd runc containernetworking-plugins iptables nftables umoci busybox-static mmdebstrap)

@@ -29,10 +29,10 @@ from rbac import operator_kubeconfig as make_operator_kubeconfig
 
 from mpijob.cli.operator import install_crd
 from mpijob.executor.client import Client
-from mpijob.testbed import cluster
-from mpijob.testbed.client import load_api_client
-from mpijob.testbed.paths import resolve_state_dir
-from mpijob.testbed.waiting import wait_until
+from mpijob_testbed import cluster
+from mpijob_testbed.client import load_api_client
+from mpijob_testbed.paths import resolve_state_dir
+from mpijob_testbed.waiting import wait_until
 
 ENV_TEST_KUBECONFIG = "MPIJOB_TEST_KUBECONFIG"
 ENV_KEEP_TESTBED = "MPIJOB_KEEP_TESTBED"

@@ -157,7 +157,7 @@ def live(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 async def kubectl(kubeconfig: object, *args: str, check: bool = True) -> tuple[int, str]:
     """Runs the testbed's kubectl; returns (exit code, stdout+stderr)."""
-    from mpijob.testbed.paths import resolve_bin_dir
+    from mpijob_testbed.paths import resolve_bin_dir
 
     proc = await asyncio.create_subprocess_exec(
         str(resolve_bin_dir(None) / "kubectl"),

@@ -30,8 +30,8 @@ from operator_harness import OperatorProcess
 from test_elastic import elastic_job, listed_of, node_of, own_nodes, phase, replicas_of, run_discovery, start_job
 
 from mpijob.api import constants as c
-from mpijob.testbed import taint_node
-from mpijob.testbed.nodes import untaint_node
+from mpijob_testbed import taint_node
+from mpijob_testbed.nodes import untaint_node
 
 pytestmark = pytest.mark.integration
 
@@ -154,7 +154,7 @@ async def _api_back(kube: Kube) -> None:
 
 
 async def _restart_apiserver(kube: Kube, testbed: Any) -> float:
-    from mpijob.testbed import cluster
+    from mpijob_testbed import cluster
 
     down = await asyncio.to_thread(cluster.restart_component, "kube-apiserver", testbed.state_dir, echo=lambda _: None)
     await _api_back(kube)

@@ -34,7 +34,7 @@ from operator_harness import OperatorProcess
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
 from mpijob.planner.hostfile import parse_discovery_output
-from mpijob.testbed import complete_pod
+from mpijob_testbed import complete_pod
 
 pytestmark = pytest.mark.integration
 

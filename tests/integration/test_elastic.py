@@ -29,8 +29,8 @@ from mpijob.api.models import API_VERSION, GROUP, PLURAL, VERSION
 from mpijob.cli.elastic import scale_in
 from mpijob.executor.resources import collection_path
 from mpijob.planner.discovery import listed_hosts
-from mpijob.testbed import SPOT_ITN_TAINT, cordon_node, create_node, delete_node, taint_node
-from mpijob.testbed.nodes import CAPACITY_TYPE_LABELS, ON_DEMAND, SPOT
+from mpijob_testbed import SPOT_ITN_TAINT, cordon_node, create_node, delete_node, taint_node
+from mpijob_testbed.nodes import CAPACITY_TYPE_LABELS, ON_DEMAND, SPOT
 
 pytestmark = pytest.mark.integration
 

@@ -71,6 +71,23 @@ def _bundle(tmp: Path, kubeconfig: Path, namespace: str) -> Path:
     return bundle
 
 
+def test_the_image_carries_the_operator_and_not_the_development_testbed(tmp_path: Path) -> None:
+    if not (IMAGE_DIR / "oci").is_dir():
+        pytest.fail(f"no image in {IMAGE_DIR}/oci: run `make image`")
+    bundle = tmp_path / "bundle"
+    subprocess.run(
+        [_tool("umoci"), "unpack", "--image", f"{IMAGE_DIR / 'oci'}:{VERSION}", str(bundle)],
+        check=True,
+        capture_output=True,
+    )
+    lib = bundle / "rootfs/opt/mpijob/lib"
+    assert (lib / "mpijob/runtime/operator.py").is_file()
+    shipped = sorted(p.name for p in lib.iterdir() if "testbed" in p.name) + [
+        str(p.relative_to(lib)) for p in (lib / "mpijob").rglob("*testbed*")
+    ]
+    assert shipped == [], shipped
+
+
 async def test_the_image_runs_non_root_on_a_read_only_root_and_reconciles_a_job(
     kube: Kube, operator_kubeconfig: Path, running_operator: OperatorProcess, tmp_path: Path
 ) -> None:

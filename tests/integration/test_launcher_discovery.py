@@ -20,7 +20,7 @@ from test_elastic import elastic_job, own_nodes, start_job
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
 from mpijob.planner.discovery import listed_hosts
-from mpijob.testbed import SPOT_ITN_TAINT, taint_node
+from mpijob_testbed import SPOT_ITN_TAINT, taint_node
 
 pytestmark = pytest.mark.integration
 

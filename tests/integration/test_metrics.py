@@ -11,7 +11,7 @@ from operator_harness import OperatorProcess
 from prometheus_client.parser import text_string_to_metric_families
 from test_elastic import elastic_job, names, node_of, own_nodes, start_job, wait_gone, wait_job
 
-from mpijob.testbed import SPOT_ITN_TAINT, taint_node
+from mpijob_testbed import SPOT_ITN_TAINT, taint_node
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import yaml
 from kube import Kube, eventually, has_condition, kubectl, live
 from kubernetes_asyncio.client import ApiClient
 
-from mpijob.testbed import complete_pod
+from mpijob_testbed import complete_pod
 
 pytestmark = pytest.mark.integration
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pi-openmpi.yaml"

@@ -16,7 +16,7 @@ from kube import Kube, live, names
 from kubernetes_asyncio.client import ApiClient
 from test_elastic import elastic_job, own_nodes, start_job
 
-from mpijob.testbed.paths import resolve_bin_dir
+from mpijob_testbed.paths import resolve_bin_dir
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,7 @@ from rbac import (
 from test_elastic import elastic_job, own_nodes, start_job
 
 from mpijob.executor.client import Client
-from mpijob.testbed.client import load_api_client
+from mpijob_testbed.client import load_api_client
 
 pytestmark = pytest.mark.integration
 

@@ -34,9 +34,9 @@ from operator_harness import OperatorProcess
 from mpijob.api import constants as c
 from mpijob.cli.operator import install_crd
 from mpijob.executor.client import Client
-from mpijob.testbed import SPOT_ITN_TAINT, cluster, create_node, delete_node, hoststate, realnode, taint_node
-from mpijob.testbed.client import load_api_client
-from mpijob.testbed.paths import repo_root, resolve_bin_dir
+from mpijob_testbed import SPOT_ITN_TAINT, cluster, create_node, delete_node, hoststate, realnode, taint_node
+from mpijob_testbed.client import load_api_client
+from mpijob_testbed.paths import repo_root, resolve_bin_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.realnode]
 

@@ -32,8 +32,8 @@ from operator_harness import OperatorProcess
 from test_real_node import ON_REAL_NODE, kubectl, real_testbed, record, rn_api, rn_kube, rn_operator  # noqa: F401
 
 from mpijob.api import constants as c
-from mpijob.testbed import cluster, realnode
-from mpijob.testbed.paths import repo_root
+from mpijob_testbed import cluster, realnode
+from mpijob_testbed.paths import repo_root
 
 pytestmark = [pytest.mark.integration, pytest.mark.realnode]
 if os.environ.get("MPIJOB_SKIP_HOROVOD") == "1":

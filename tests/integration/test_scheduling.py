@@ -25,8 +25,8 @@ from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
 from mpijob.cli.elastic import scale_in
 from mpijob.executor.client import ApiError
-from mpijob.testbed import SPOT_ITN_TAINT, cluster, extras, taint_node
-from mpijob.testbed.errors import TestbedError
+from mpijob_testbed import SPOT_ITN_TAINT, cluster, extras, taint_node
+from mpijob_testbed.errors import TestbedError
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,9 @@ from kubernetes_asyncio import watch
 from kubernetes_asyncio.client import ApiClient, BatchV1Api, CoreV1Api, V1Pod
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from mpijob.testbed import cluster, processes
-from mpijob.testbed.components import COMPONENTS
-from mpijob.testbed.nodes import (
+from mpijob_testbed import cluster, processes
+from mpijob_testbed.components import COMPONENTS
+from mpijob_testbed.nodes import (
     SPOT_ITN_TAINT,
     cordon_node,
     create_node,
@@ -30,8 +30,8 @@ from mpijob.testbed.nodes import (
     uncordon_node,
     untaint_node,
 )
-from mpijob.testbed.pods import complete_pod
-from mpijob.testbed.waiting import wait_until
+from mpijob_testbed.pods import complete_pod
+from mpijob_testbed.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

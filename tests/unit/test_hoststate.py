@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from mpijob.testbed import hoststate
+from mpijob_testbed import hoststate
 
 
 def record() -> dict[str, Any]:

@@ -51,3 +51,25 @@ def test_krew_manifest_matches_the_package() -> None:
         assert platform["bin"] == "kubectl-mpijob"
         assert {f["from"] for f in platform["files"]} >= {"kubectl-mpijob", "kubectl_complete-mpijob", "lib/*"}
         assert PROJECT["version"] in platform["uri"]
+
+
+def test_the_operator_wheel_holds_only_the_operator_package() -> None:
+    # The package list setuptools builds the wheel (and so the image and the plugin archive) from.
+    import setuptools
+
+    find = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = setuptools.find_packages(where=str(REPO / find["where"][0]), include=find["include"])
+    assert {"mpijob", "mpijob.api", "mpijob.planner", "mpijob.executor", "mpijob.runtime", "mpijob.cli"} <= set(
+        packages
+    )
+    assert all(p == "mpijob" or p.startswith("mpijob.") for p in packages), packages
+    assert not any("testbed" in target for target in PROJECT["scripts"].values())
+
+
+def test_the_testbed_is_its_own_distribution_with_its_own_command() -> None:
+    testbed = tomllib.loads((REPO / "testbed/pyproject.toml").read_text())
+    assert testbed["project"]["name"] == "mpijob-testbed"
+    assert testbed["project"]["scripts"] == {"mpijob-testbed": "mpijob_testbed.cli:main"}
+    (source,) = testbed["tool"]["setuptools"]["package-dir"].values()
+    assert (REPO / "testbed" / source).resolve() == REPO / "src" / "mpijob_testbed"
+    assert "mpijob-operator" in testbed["project"]["dependencies"]

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mpijob.testbed import extras
-from mpijob.testbed.errors import TestbedError
+from mpijob_testbed import extras
+from mpijob_testbed.errors import TestbedError
 
 
 def test_with_accepts_known_components_in_start_order() -> None:

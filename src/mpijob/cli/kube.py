@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
@@ -12,46 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
 from mpijob.executor.client import ApiError, Client
+from mpijob.executor.kubeconfig import context_names, kubeconfig_files, load_api_client, merged_kubeconfig
 from mpijob.executor.resources import collection_path, object_path
 from mpijob.planner.children import worker_selector
-from mpijob.runtime.operator import load_api_client
 
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-def kubeconfig_files(explicit: str | None) -> list[Path]:
-    """kubectl's order: --kubeconfig, else every file in KUBECONFIG, else ~/.kube/config."""
-    if explicit:
-        return [Path(explicit)]
-    env = os.environ.get("KUBECONFIG")
-    if env:
-        return [Path(p) for p in env.split(os.pathsep) if p]
-    default = Path("~/.kube/config").expanduser()
-    return [default] if default.exists() else []
-
-
-def _merged(files: list[Path]) -> dict[str, Any]:
-    """kubectl's merge: the first file to set a field or name an entry wins."""
-    merged: dict[str, Any] = {"current-context": None, "contexts": {}}
-    for path in files:
-        if not path.exists():
-            continue
-        doc = yaml.safe_load(path.read_text()) or {}
-        merged["current-context"] = merged["current-context"] or doc.get("current-context")
-        for entry in doc.get("contexts") or []:
-            merged["contexts"].setdefault(entry.get("name"), entry.get("context") or {})
-    return merged
-
-
-def context_names(kubeconfig: str | None) -> list[str]:
-    return [str(n) for n in _merged(kubeconfig_files(kubeconfig))["contexts"]]
 
 
 def resolve_namespace(kubeconfig: str | None, context: str | None, explicit: str | None) -> str:
@@ -60,7 +30,7 @@ def resolve_namespace(kubeconfig: str | None, context: str | None, explicit: str
         return explicit
     files = kubeconfig_files(kubeconfig)
     if files:
-        merged = _merged(files)
+        merged = merged_kubeconfig(files)
         name = context or merged["current-context"]
         ns = (merged["contexts"].get(name) or {}).get("namespace")
         return str(ns) if ns else "default"
@@ -70,29 +40,13 @@ def resolve_namespace(kubeconfig: str | None, context: str | None, explicit: str
 
 
 async def load_cli_api_client(kubeconfig: str | None, context: str | None) -> k8s_client.ApiClient:
+    """The one loader, after the checks kubectl makes: a named file exists, a named context is there."""
     missing = [str(f) for f in kubeconfig_files(kubeconfig) if not f.exists()]
     if kubeconfig and missing:
         raise ValueError(f"kubeconfig {kubeconfig}: no such file")
-    if context is None:
-        return await load_api_client(kubeconfig)
-    cfg = k8s_client.Configuration()
-    files = kubeconfig_files(kubeconfig)
-    if not files:
-        raise ValueError(f"--context {context}: no kubeconfig (set --kubeconfig or KUBECONFIG)")
-    if context not in context_names(kubeconfig):
+    if context is not None and kubeconfig_files(kubeconfig) and context not in context_names(kubeconfig):
         raise ValueError(f'context "{context}" does not exist')
-    # kubernetes_asyncio reads one file; with several in KUBECONFIG, the context's own file is the one.
-    source = next(
-        (
-            f
-            for f in files
-            if f.exists()
-            and context in [c.get("name") for c in (yaml.safe_load(f.read_text()) or {}).get("contexts") or []]
-        ),
-        files[0],
-    )
-    await k8s_config.load_kube_config(config_file=str(source), context=context, client_configuration=cfg)
-    return k8s_client.ApiClient(configuration=cfg)
+    return await load_api_client(kubeconfig, context)
 
 
 @asynccontextmanager

@@ -8,7 +8,8 @@ import sys
 from collections.abc import Sequence
 
 # Each module registers its sub-commands and sets `func` (args -> exit code) on its parsers.
-_COMMAND_MODULES = ("mpijob.cli.testbed", "mpijob.cli.operator", "mpijob.cli.elastic", "mpijob.cli.demo")
+# The development testbed and the demo are a separate command (`mpijob-testbed`, package mpijob_testbed).
+_COMMAND_MODULES = ("mpijob.cli.operator", "mpijob.cli.elastic")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,7 +13,8 @@ from typing import Any
 
 from mpijob.api.models import API_VERSION
 from mpijob.cli import elastic
-from mpijob.cli.kube import client, context_names, resolve_namespace, worker_pods
+from mpijob.cli.kube import client, resolve_namespace, worker_pods
+from mpijob.executor.kubeconfig import context_names
 from mpijob.executor.resources import collection_path
 
 COMMANDS = ("status", "scale", "scale-in", "completion", "version")

@@ -1,4 +1,4 @@
-"""`mpijob demo`: the seed's spot-node story (kubeflow/mpi-operator#410), played on the local testbed.
+"""`mpijob-testbed demo`: the seed's spot-node story (kubeflow/mpi-operator#410), played on the local testbed.
 
 4 elastic workers spread over node-1 (on-demand) and node-2 (spot). node-2 gets the taint the AWS Node
 Termination Handler puts on a spot interruption notice. The operator scales the job in by exactly the two
@@ -21,11 +21,11 @@ from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
 from mpijob.cli.elastic import pod_table
 from mpijob.cli.kube import client, job_path, worker_pods
-from mpijob.cli.launcher_view import launcher_view
 from mpijob.cli.operator import install_crd
 from mpijob.executor.client import ApiError, Client
-from mpijob.testbed import cluster
-from mpijob.testbed.nodes import SPOT_ITN_TAINT, taint_node, untaint_node
+from mpijob_testbed import cluster
+from mpijob_testbed.launcher_view import launcher_view
+from mpijob_testbed.nodes import SPOT_ITN_TAINT, taint_node, untaint_node
 
 NAMESPACE = "mpijob-demo"
 JOB = "train"
@@ -305,7 +305,7 @@ async def _discovery_size(kube: Client, size: int) -> bool:
 
 def _demo(args: argparse.Namespace) -> int:
     clock = Clock()
-    print("== mpijob demo: a spot node is reclaimed under an elastic Horovod job ==", flush=True)
+    print("== mpijob-testbed demo: a spot node is reclaimed under an elastic Horovod job ==", flush=True)
     was_running = cluster.is_running(args.dir)
     testbed = cluster.up(2, args.dir, echo=lambda m: clock.say(f"testbed: {m}"))
     clock.mark("testbed ready (build if needed + start)", clock.now())

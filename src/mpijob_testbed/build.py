@@ -7,8 +7,8 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from mpijob.testbed.errors import TestbedError
-from mpijob.testbed.paths import BINARIES, ENV_BIN_DIR, repo_root
+from mpijob_testbed.errors import TestbedError
+from mpijob_testbed.paths import BINARIES, ENV_BIN_DIR, repo_root
 
 
 def missing_binaries(bin_dir: Path) -> list[str]:

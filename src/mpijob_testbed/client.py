@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kubernetes_asyncio.client import ApiClient, Configuration
-from kubernetes_asyncio.config import load_kube_config
+from kubernetes_asyncio.client import ApiClient
 
-from mpijob.testbed.paths import Layout, resolve_state_dir
+from mpijob.executor.kubeconfig import load_api_client as operator_loader
+from mpijob_testbed.paths import Layout, resolve_state_dir
 
 
 def kubeconfig_path(state_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -19,7 +19,4 @@ def kubeconfig_path(state_dir: str | os.PathLike[str] | None = None) -> Path:
 async def load_api_client(kubeconfig: str | os.PathLike[str] | None = None) -> ApiClient:
     """An ApiClient for `kubeconfig` (default: the testbed's). The caller closes it (`await api.close()`
     or `async with`)."""
-    path = Path(kubeconfig) if kubeconfig is not None else kubeconfig_path()
-    configuration = Configuration()
-    await load_kube_config(config_file=str(path), client_configuration=configuration, persist_config=False)
-    return ApiClient(configuration=configuration)
+    return await operator_loader(kubeconfig if kubeconfig is not None else kubeconfig_path())

@@ -18,8 +18,8 @@ from typing import Any
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from mpijob.testbed.components import KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE
-from mpijob.testbed.stages import DEFAULT_CAPACITY, INTERNAL_IP_ANNOTATION
+from mpijob_testbed.components import KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE
+from mpijob_testbed.stages import DEFAULT_CAPACITY, INTERNAL_IP_ANNOTATION
 
 NODE_PREFIX = "node-"
 ZONE_LABEL = "topology.kubernetes.io/zone"

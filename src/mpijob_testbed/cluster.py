@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpijob.testbed import extras, processes, realnode
-from mpijob.testbed.build import ensure_binaries
-from mpijob.testbed.certs import Pki, create_pki
-from mpijob.testbed.components import (
+from mpijob_testbed import extras, processes, realnode
+from mpijob_testbed.build import ensure_binaries
+from mpijob_testbed.certs import Pki, create_pki
+from mpijob_testbed.components import (
     CLIENTS,
     COMPONENTS,
     KUBERNETES_SERVICE_IP,
@@ -34,13 +34,13 @@ from mpijob.testbed.components import (
     command,
     health_url,
 )
-from mpijob.testbed.errors import TestbedError
-from mpijob.testbed.kubeconfigs import kubeconfig_dict, write_kubeconfig
-from mpijob.testbed.nodes import node_index, node_manifest, node_name
-from mpijob.testbed.paths import Layout, resolve_bin_dir, resolve_state_dir
-from mpijob.testbed.ports import free_ports
-from mpijob.testbed.rest import Rest, get_status, tls_context
-from mpijob.testbed.stages import render_config
+from mpijob_testbed.errors import TestbedError
+from mpijob_testbed.kubeconfigs import kubeconfig_dict, write_kubeconfig
+from mpijob_testbed.nodes import node_index, node_manifest, node_name
+from mpijob_testbed.paths import Layout, resolve_bin_dir, resolve_state_dir
+from mpijob_testbed.ports import free_ports
+from mpijob_testbed.rest import Rest, get_status, tls_context
+from mpijob_testbed.stages import render_config
 
 Echo = Callable[[str], None]
 
@@ -491,12 +491,12 @@ def _start_fresh(
 def start_extras(
     names: tuple[str, ...] | str, state_dir: str | os.PathLike[str] | None = None, *, echo: Echo = print
 ) -> None:
-    """Start opt-in scheduling components (`mpijob testbed up --with`) on the running testbed at `state_dir`."""
+    """Start opt-in scheduling components (`mpijob-testbed up --with`) on the running testbed at `state_dir`."""
     layout = Layout(resolve_state_dir(state_dir))
     with _locked(layout):
         state = _load_state(layout)
         if state is None:
-            raise TestbedError(f"no testbed at {layout.root}; run `mpijob testbed up` first")
+            raise TestbedError(f"no testbed at {layout.root}; run `mpijob-testbed up` first")
         extras.ensure(layout, _admin_rest(layout, _state_ports(state)), extras.parse_with(names), echo=echo)
 
 

@@ -4,10 +4,10 @@ kube-scheduler) with kwok fake nodes, started as detached processes. See docs/te
 Independent of the operator (`mpijob.runtime`); tests and the CLI use it.
 """
 
-from mpijob.testbed.client import kubeconfig_path, load_api_client
-from mpijob.testbed.cluster import Status, Testbed, down, is_running, status, up
-from mpijob.testbed.errors import TestbedError
-from mpijob.testbed.nodes import (
+from mpijob_testbed.client import kubeconfig_path, load_api_client
+from mpijob_testbed.cluster import Status, Testbed, down, is_running, status, up
+from mpijob_testbed.errors import TestbedError
+from mpijob_testbed.nodes import (
     SPOT_ITN_TAINT,
     cordon_node,
     create_node,
@@ -16,9 +16,9 @@ from mpijob.testbed.nodes import (
     uncordon_node,
     untaint_node,
 )
-from mpijob.testbed.pods import complete_pod
-from mpijob.testbed.stages import COMPLETE_ANNOTATION
-from mpijob.testbed.waiting import wait_until
+from mpijob_testbed.pods import complete_pod
+from mpijob_testbed.stages import COMPLETE_ANNOTATION
+from mpijob_testbed.waiting import wait_until
 
 __all__ = [
     "COMPLETE_ANNOTATION",

@@ -1,6 +1,6 @@
 """One real node beside the kwok nodes: containerd + the kubelet, pod networking on a bridge, local images.
 
-Opt-in (`mpijob testbed up --real-node`). Host-wide things a kubelet needs (root, Debian packages) are
+Opt-in (`mpijob-testbed up --real-node`). Host-wide things a kubelet needs (root, Debian packages) are
 checked first; everything the node writes goes under `<state dir>/node/` except what the kubelet,
 containerd and CNI hard-code (see docs/testbed.md). The host is captured before anything changes
 (`hoststate.capture()` into `node/host-before.json`) and `stop()` puts back the difference.
@@ -26,14 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpijob.testbed import hoststate, processes
-from mpijob.testbed.certs import Pki, issue_leaf
-from mpijob.testbed.components import KUBERNETES_SERVICE_IP
-from mpijob.testbed.errors import TestbedError
-from mpijob.testbed.kubeconfigs import kubeconfig_dict, write_kubeconfig
-from mpijob.testbed.paths import Layout, repo_root
-from mpijob.testbed.ports import free_ports
-from mpijob.testbed.rest import Rest
+from mpijob_testbed import hoststate, processes
+from mpijob_testbed.certs import Pki, issue_leaf
+from mpijob_testbed.components import KUBERNETES_SERVICE_IP
+from mpijob_testbed.errors import TestbedError
+from mpijob_testbed.kubeconfigs import kubeconfig_dict, write_kubeconfig
+from mpijob_testbed.paths import Layout, repo_root
+from mpijob_testbed.ports import free_ports
+from mpijob_testbed.rest import Rest
 
 Echo = Callable[[str], None]
 

@@ -1,4 +1,4 @@
-"""Ending fake pods: the testbed never completes a pod on its own (see `mpijob.testbed.stages`)."""
+"""Ending fake pods: the testbed never completes a pod on its own (see `mpijob_testbed.stages`)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
-from mpijob.testbed.client import load_api_client
-from mpijob.testbed.stages import COMPLETE_ANNOTATION
+from mpijob_testbed.client import load_api_client
+from mpijob_testbed.stages import COMPLETE_ANNOTATION
 
 
 async def complete_pod(

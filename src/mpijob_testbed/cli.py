@@ -1,17 +1,17 @@
-"""`mpijob testbed ...`: a local Kubernetes control plane with kwok fake nodes for integration tests."""
+"""`mpijob-testbed ...`: a local Kubernetes control plane with kwok fake nodes for integration tests, and the
+demo played on it. A development tool: it is not part of the operator's package or image."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
 
-from mpijob.testbed import cluster
-from mpijob.testbed.build import run_build
-from mpijob.testbed.client import kubeconfig_path
-from mpijob.testbed.errors import TestbedError
-from mpijob.testbed.paths import ENV_BIN_DIR, ENV_STATE_DIR, resolve_bin_dir
+from mpijob_testbed import cluster, demo
+from mpijob_testbed.build import run_build
+from mpijob_testbed.client import kubeconfig_path
+from mpijob_testbed.errors import TestbedError
+from mpijob_testbed.paths import ENV_BIN_DIR, ENV_STATE_DIR, resolve_bin_dir
 
 
 def _echo(message: str) -> None:
@@ -25,7 +25,7 @@ def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Na
         try:
             return func(args)
         except TestbedError as exc:
-            print(f"mpijob testbed: {exc}", file=sys.stderr, flush=True)
+            print(f"mpijob-testbed: {exc}", file=sys.stderr, flush=True)
             return 1
 
     return run
@@ -73,18 +73,13 @@ def _kubeconfig(args: argparse.Namespace) -> int:
     path = kubeconfig_path(args.dir)
     print(path)
     if not path.exists():
-        print(f"mpijob testbed: {path} does not exist yet; run `mpijob testbed up`", file=sys.stderr)
+        print(f"mpijob-testbed: {path} does not exist yet; run `mpijob-testbed up`", file=sys.stderr)
         return 1
     return 0
 
 
-def register(subparsers: Any) -> None:
-    """Add `testbed` and its sub-commands to the `mpijob` parser."""
-    parser = subparsers.add_parser(
-        "testbed",
-        help="local Kubernetes control plane with kwok fake nodes",
-        description=__doc__,
-    )
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mpijob-testbed", description=__doc__)
     commands = parser.add_subparsers(dest="testbed_command", required=True)
 
     def with_dir(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -135,3 +130,12 @@ def register(subparsers: Any) -> None:
 
     p = with_dir(commands.add_parser("kubeconfig", help="print the path of the testbed's admin kubeconfig"))
     p.set_defaults(func=_guarded(_kubeconfig))
+
+    demo.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code

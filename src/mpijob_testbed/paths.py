@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from mpijob.testbed.errors import TestbedError
+from mpijob_testbed.errors import TestbedError
 
 ENV_STATE_DIR = "MPIJOB_TESTBED_DIR"
 ENV_BIN_DIR = "MPIJOB_TESTBED_BIN"

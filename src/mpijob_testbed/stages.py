@@ -2,7 +2,7 @@
 
 Written to `<state dir>/kwok.yaml` and passed to kwok with --config. Differences from kwok's stock stages:
   * pods never complete on their own: they stay Running until a test sets the annotation
-    `testbed.mpijob.io/complete` to `Succeeded` or `Failed` (see `mpijob.testbed.pods.complete_pod`),
+    `testbed.mpijob.io/complete` to `Succeeded` or `Failed` (see `mpijob_testbed.pods.complete_pod`),
     because launchers and workers of an MPIJob are long-running and their end is what tests control;
   * a deleted pod keeps running until its deletionTimestamp (i.e. for its full grace period), then is
     marked Failed with exit code 137 (killed after the grace period, as the kubelet reports it) and removed;

@@ -1,5 +1,5 @@
 """Opt-in scheduling components of a testbed: Kueue's controller manager and the scheduler-plugins scheduler
-(coscheduling), built from their Go modules by testbed/extras/build.sh (`mpijob testbed up --with ...`).
+(coscheduling), built from their Go modules by testbed/extras/build.sh (`mpijob-testbed up --with ...`).
 
 They run as real processes next to the control plane, with their own CRDs read at run time from the
 downloaded module (never copied into this repository). Kueue's webhooks (admission and CRD conversion) are
@@ -23,12 +23,12 @@ from typing import Any
 import yaml
 
 from mpijob.api.crd import crd as mpijob_crd
-from mpijob.testbed import certs, processes
-from mpijob.testbed.certs import Pki
-from mpijob.testbed.errors import TestbedError
-from mpijob.testbed.paths import Layout, repo_root
-from mpijob.testbed.ports import free_ports
-from mpijob.testbed.rest import Rest, get_status, tls_context
+from mpijob_testbed import certs, processes
+from mpijob_testbed.certs import Pki
+from mpijob_testbed.errors import TestbedError
+from mpijob_testbed.paths import Layout, repo_root
+from mpijob_testbed.ports import free_ports
+from mpijob_testbed.rest import Rest, get_status, tls_context
 
 Echo = Callable[[str], None]
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from mpijob.testbed.errors import TestbedError
+from mpijob_testbed.errors import TestbedError
 
 # Popen objects of processes started by this Python process, so they can be reaped (a dead child would
 # otherwise linger as a zombie and look alive) and so Popen.__del__ does not warn about running children.

@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mpijob.testbed.certs import ClientIdentity, Pki
-from mpijob.testbed.paths import Layout
+from mpijob_testbed.certs import ClientIdentity, Pki
+from mpijob_testbed.paths import Layout
 
 # Start order; `down` stops them in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")

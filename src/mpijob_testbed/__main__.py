@@ -1,0 +1,5 @@
+import sys
+
+from mpijob_testbed.cli import main
+
+sys.exit(main())
