@@ -143,7 +143,6 @@ class Run:
     def __init__(self, tb: cluster.Testbed, kube: Kube, job: str) -> None:
         self.tb, self.kube, self.job = tb, kube, job
         self.written: dict[str, tuple[str, str]] = {}  # worker name -> (pod uid, IP) in the launcher's /etc/hosts
-        self.pending: dict[str, tuple[str, str | None]] = {}
         self.launcher = ""
 
     async def start(self, image: str, workers: int) -> None:
@@ -167,6 +166,7 @@ class Run:
                 return
             self.launcher = running[0]["metadata"]["name"]
         want: dict[str, str | None] = {}
+        uids: dict[str, str] = {}
         for pod in await self.kube.workers(self.job):
             meta = pod["metadata"]
             name, uid, ip = meta["name"], meta["uid"], pod["status"].get("podIP")
@@ -179,7 +179,7 @@ class Run:
                 want[name] = None
             else:
                 continue
-            self.pending[name] = (uid, ip)
+            uids[name] = uid
         if not want:
             return
         kubectl(
@@ -196,10 +196,9 @@ class Run:
             f"{self.job}.{self.kube.ns}.svc",
             input_text=json.dumps(want),
         )
-        for name in want:
-            uid, ip = self.pending.pop(name)
+        for name, ip in want.items():
             if ip:
-                self.written[name] = (uid, ip)
+                self.written[name] = (uids[name], ip)
             else:
                 self.written.pop(name, None)
 
