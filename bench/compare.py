@@ -45,6 +45,7 @@ from mpijob.api import constants as c
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.kubeconfig import load_api_client
 from mpijob_testbed import cluster
+from mpijob_testbed.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / ".cache" / "compare"
@@ -290,14 +291,13 @@ async def watch(client: Client, path: str, handle: Callable[[str, dict[str, Any]
 
 # -- one side ----------------------------------------------------------------------------------------
 async def wait_lease(client: Client, namespace: str, name: str, limit: float = 120) -> None:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        with contextlib.suppress(ApiError):
-            lease = await client.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}")
-            if (lease.get("spec") or {}).get("holderIdentity"):
-                return
-        await asyncio.sleep(0.2)
-    raise RuntimeError(f"the operator did not take its Lease {namespace}/{name} within {limit:.0f}s")
+    async def held() -> bool:
+        lease = await client.get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}")
+        return bool((lease.get("spec") or {}).get("holderIdentity"))
+
+    await wait_until(
+        held, what=f"the operator to take its Lease {namespace}/{name}", within=limit, retry_on=(ApiError,)
+    )
 
 
 async def install_crd(client: Client, body: dict[str, Any]) -> None:

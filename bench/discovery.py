@@ -20,30 +20,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.parse
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio.client import ApiClient, CoreV1Api
-from kubernetes_asyncio.watch import Watch
+from harness import finish, print_table, report_header, testbed_with_crd
+from kubernetes_asyncio.client import CoreV1Api
 
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
 from mpijob.executor.client import ApiError, Client
-from mpijob.executor.resources import collection_path, object_path
+from mpijob.executor.resources import collection_path
 from mpijob.planner.discovery import listed_hosts
-from mpijob_testbed import cluster, delete_node, taint_node
+from mpijob_testbed import delete_node, taint_node
 from mpijob_testbed.client import load_api_client
-from mpijob_testbed.nodes import node_manifest
+from mpijob_testbed.launcher_view import launcher_view
+from mpijob_testbed.nodes import node_manifest, spread_over
+from mpijob_testbed.waiting import seconds_until
+from mpijob_testbed.watching import WatchRecorder
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTNAME = "kubernetes.io/hostname"
@@ -55,23 +54,7 @@ def _job(name: str, workers: int, worker_nodes: list[str], launcher_node: str) -
         "metadata": {"labels": spread},
         "spec": {
             "terminationGracePeriodSeconds": 1,
-            "affinity": {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [
-                            {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": worker_nodes}]}
-                        ]
-                    }
-                }
-            },
-            "topologySpreadConstraints": [
-                {
-                    "maxSkew": 1,
-                    "topologyKey": HOSTNAME,
-                    "whenUnsatisfiable": "DoNotSchedule",
-                    "labelSelector": {"matchLabels": spread},
-                }
-            ],
+            **spread_over(worker_nodes, spread),
             "containers": [{"name": "w", "image": "x"}],
         },
     }
@@ -97,73 +80,6 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-async def _wait(check: Any, limit: float, what: str, interval: float = 0.5) -> float:
-    start = time.monotonic()
-    while not await check():
-        if time.monotonic() - start > limit:
-            raise RuntimeError(f"timed out waiting for {what}")
-        await asyncio.sleep(interval)
-    return time.monotonic() - start
-
-
-class Stream:
-    """A watch of one namespaced collection from a listing's resourceVersion, with arrival times."""
-
-    def __init__(self, func: Any, *args: Any, **kwargs: Any) -> None:
-        self.func, self.args, self.kwargs = func, args, kwargs
-        self.events: list[tuple[float, dict[str, Any]]] = []
-        self.watch = Watch()
-        self.task: asyncio.Task[None] | None = None
-
-    async def start(self, resource_version: str) -> None:
-        stream = self.watch.stream(
-            self.func, *self.args, resource_version=resource_version, timeout_seconds=600, **self.kwargs
-        )
-
-        async def run() -> None:
-            async for event in stream:
-                self.events.append((time.monotonic(), event["raw_object"]))
-
-        self.task = asyncio.create_task(run())
-
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.task
-        with contextlib.suppress(Exception):
-            await self.watch.close()
-
-
-async def _launcher_view(kube: Client, api: ApiClient, ns: str, job: str, tmp: Path) -> list[str]:
-    """The job's discover_hosts.sh run as a process with its launcher's own token, the CA and the API address."""
-    cfg = api.configuration
-    server = urllib.parse.urlsplit(str(cfg.host))
-    body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 600}}
-    token = await kube.create(object_path("v1", "ServiceAccount", ns, c.discovery_rbac_name(job), "token"), body)
-    sa = tmp / job
-    sa.mkdir()
-    (sa / "token").write_text(token["status"]["token"])
-    (sa / "ca.crt").write_text(Path(str(cfg.ssl_ca_cert)).read_text())  # noqa: ASYNC240
-    cm = await kube.get(object_path("v1", "ConfigMap", ns, c.config_map_name(job)))
-    (sa / "discover_hosts.sh").write_text(cm["data"][c.DISCOVER_HOSTS_KEY])
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "KUBERNETES_SERVICE_HOST": server.hostname or "127.0.0.1",
-        "KUBERNETES_SERVICE_PORT": str(server.port or 443),
-        "MPIJOB_SERVICEACCOUNT_DIR": str(sa),
-        "MPIJOB_DISCOVERY_FILE": str(sa / "none"),
-        "MPIJOB_DISCOVERY_CONFIG_FILE": str(sa / "none"),
-    }
-    proc = await asyncio.create_subprocess_exec(
-        "sh", str(sa / "discover_hosts.sh"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    out, err = await proc.communicate()
-    if proc.returncode != 0:
-        raise RuntimeError(f"{job}: discover_hosts.sh failed: {err.decode()}")
-    return sorted(line.split(":")[0] for line in out.decode().splitlines() if line)
-
-
 async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: Path) -> dict[str, Any]:
     api = await load_api_client(kubeconfig)
     kube = Client(api, qps=0, burst=1)
@@ -181,7 +97,7 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     out: dict[str, Any] = {"jobs": jobs, "workers_per_job": workers, "worker_nodes": nodes}
-    streams: list[Stream] = []
+    streams: list[WatchRecorder] = []
     try:
         await kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         per_node = (jobs * workers) // nodes + 20
@@ -202,7 +118,7 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
             }
             return {*worker_nodes, launcher_node} <= ok
 
-        await _wait(ready, 120, "nodes Ready")
+        await seconds_until(ready, what="nodes Ready", within=120, interval=0.5)
         started = time.monotonic()
         for i in range(jobs):
             await kube.create(
@@ -225,7 +141,9 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
             ]
             return len(full) == jobs and len(launchers) == jobs
 
-        out["create_to_converged_s"] = round(await _wait(converged, 1200, "all jobs Running", interval=2.0), 1)
+        out["create_to_converged_s"] = round(
+            await seconds_until(converged, what="all jobs Running", within=1200, interval=2.0), 1
+        )
         out["_started"] = started
         await asyncio.sleep(3.0)
 
@@ -247,11 +165,13 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
         out["victims_per_job"] = sorted({len(v) for v in victims.values()})
 
         cm_listing = await kube.get(collection_path("v1", "ConfigMap", ns))
-        cm_stream = Stream(v1.list_namespaced_config_map, ns)
-        await cm_stream.start(cm_listing["metadata"]["resourceVersion"])
+        cm_stream = WatchRecorder(v1.list_namespaced_config_map, ns)
+        await cm_stream.start(cm_listing["metadata"]["resourceVersion"], timeout_seconds=600)
         pod_listing = await kube.get(collection_path("v1", "Pod", ns))
-        launcher_stream = Stream(v1.list_namespaced_pod, ns, label_selector=f"{c.LABEL_JOB_ROLE}={c.ROLE_LAUNCHER}")
-        await launcher_stream.start(pod_listing["metadata"]["resourceVersion"])
+        launcher_stream = WatchRecorder(
+            v1.list_namespaced_pod, ns, label_selector=f"{c.LABEL_JOB_ROLE}={c.ROLE_LAUNCHER}"
+        )
+        await launcher_stream.start(pod_listing["metadata"]["resourceVersion"], timeout_seconds=600)
         streams = [cm_stream, launcher_stream]
         await asyncio.sleep(2.0)
 
@@ -260,9 +180,9 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
         await taint_node(api, victim_node)
         out["taint_write_s"] = round(time.monotonic() - tainted, 3)
 
-        def first_clean(stream: Stream, job_of: Any, text_of: Any) -> dict[str, float]:
+        def first_clean(stream: WatchRecorder, job_of: Any, text_of: Any) -> dict[str, float]:
             seen: dict[str, float] = {}
-            for at, obj in stream.events:
+            for at, _, obj in stream.events:
                 job = job_of(obj)
                 if job not in victims or job in seen:
                     continue
@@ -288,7 +208,7 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
                 first_clean(launcher_stream, pod_job, pod_text)
             ) == len(victims)
 
-        await _wait(all_clean, 300, "every affected job's discovery updated", interval=0.1)
+        await seconds_until(all_clean, what="every affected job's discovery updated", within=300, interval=0.1)
         api_times = list(first_clean(cm_stream, cm_job, cm_text).values())
         file_times = list(first_clean(launcher_stream, pod_job, pod_text).values())
         for label, values in (("api", api_times), ("annotation", file_times)):
@@ -311,15 +231,17 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
         # From the launcher's side: every affected job's real script with its launcher's own token.
         checked = 0
         took: list[float] = []
-        with tempfile.TemporaryDirectory() as tmp:
-            for job in sorted(victims):
-                start = time.monotonic()
-                view = await _launcher_view(kube, api, ns, job, Path(tmp))
-                took.append(time.monotonic() - start)
-                want = sorted(survivors[job])
-                if [h.split(".", 1)[0] for h in view] != want:
-                    raise RuntimeError(f"{job}: launcher sees {view}, expected {want}")
-                checked += 1
+        for job in sorted(victims):
+            start = time.monotonic()
+            view = await launcher_view(kube, ns, job, account=c.discovery_rbac_name(job))
+            took.append(time.monotonic() - start)
+            if not view.ok:
+                raise RuntimeError(f"{job}: discover_hosts.sh failed: {view.error}")
+            seen = sorted(host.split(".", 1)[0] for host, _ in view.hosts)
+            want = sorted(survivors[job])
+            if seen != want:
+                raise RuntimeError(f"{job}: launcher sees {seen}, expected {want}")
+            checked += 1
         out["launcher_scripts_checked"] = checked
 
         await asyncio.sleep(5.0)
@@ -362,35 +284,16 @@ def main() -> int:
     parser.add_argument("--dir", default=str(ROOT / ".cache" / "bench-testbed"))
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    report: dict[str, Any] = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-    }
-    was_running = cluster.is_running(args.dir)
-    testbed = cluster.up(0, args.dir, echo=lambda m: print(m, file=sys.stderr))
-    try:
-        from mpijob.cli.operator import install_crd
-
-        asyncio.run(install_crd(str(testbed.kubeconfig)))
-        report["discovery"] = asyncio.run(
-            bench(testbed.kubeconfig, args.jobs, args.workers, args.nodes, Path(args.dir))
-        )
-    finally:
-        if not was_running:
-            cluster.down(args.dir, echo=lambda m: print(m, file=sys.stderr))
+    report = report_header()
+    with testbed_with_crd(args.dir, 0) as kubeconfig:
+        report["discovery"] = asyncio.run(bench(kubeconfig, args.jobs, args.workers, args.nodes, Path(args.dir)))
     o = report["discovery"]
     print(
         f"## Node taint -> launcher discovery ({o['jobs']} elastic jobs x {o['workers_per_job']} workers over "
         f"{o['worker_nodes']} nodes, one node tainted, operator defaults)\n"
     )
-    print("| measure | value |\n|---|---|")
-    for key, value in o.items():
-        print(f"| {key} | {value} |")
-    print(f"\ncommand: {report['command']}  ({report['when']}, Python {report['python']})")
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
-    return 0
+    print_table(o, round_floats=False)
+    return finish(report, args.json)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,14 @@ import argparse
 import asyncio
 import contextlib
 import json
-import platform
 import statistics
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from harness import finish, print_table, report_header, testbed_with_crd
 
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
@@ -32,7 +33,9 @@ from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Snapshot
 from mpijob.runtime.controller import Controller
 from mpijob.runtime.operator import OperatorOptions, run
-from mpijob_testbed import cluster, create_node, delete_node, taint_node
+from mpijob_testbed import create_node, delete_node, taint_node
+from mpijob_testbed.nodes import spread_over
+from mpijob_testbed.waiting import seconds_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -153,23 +156,7 @@ def _bench_job(name: str, workers: int, nodes: list[str]) -> dict[str, Any]:
         "metadata": {"labels": {"bench": name}},
         "spec": {
             "terminationGracePeriodSeconds": 1,
-            "affinity": {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [
-                            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}
-                        ]
-                    }
-                }
-            },
-            "topologySpreadConstraints": [
-                {
-                    "maxSkew": 1,
-                    "topologyKey": "kubernetes.io/hostname",
-                    "whenUnsatisfiable": "DoNotSchedule",
-                    "labelSelector": {"matchLabels": {"bench": name}},
-                }
-            ],
+            **spread_over(nodes, {"bench": name}),
             "containers": [{"name": "w", "image": "x"}],
         },
     }
@@ -190,15 +177,6 @@ def _bench_job(name: str, workers: int, nodes: list[str]) -> dict[str, Any]:
     }
 
 
-async def _wait(check: Any, limit: float, what: str) -> float:
-    start = time.monotonic()
-    while not await check():
-        if time.monotonic() - start > limit:
-            raise RuntimeError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-    return time.monotonic() - start
-
-
 async def bench_operator(kubeconfig: Path, jobs: int, workers: int, idle: float) -> dict[str, Any]:
     holder: dict[str, Controller] = {}
     stop = asyncio.Event()
@@ -216,7 +194,12 @@ async def bench_operator(kubeconfig: Path, jobs: int, workers: int, idle: float)
     node_a, node_b = f"{ns}-a", f"{ns}-b"
     out: dict[str, Any] = {"jobs": jobs, "workers_per_job": workers}
     try:
-        await _wait(lambda: asyncio.sleep(0, result="c" in holder and holder["c"].warm.is_set()), 60, "operator warm")
+        await seconds_until(
+            lambda: asyncio.sleep(0, result="c" in holder and holder["c"].warm.is_set()),
+            what="operator warm",
+            within=60,
+            interval=0.05,
+        )
         ctl = holder["c"]
         await kube.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         for node in (node_a, node_b):
@@ -232,7 +215,9 @@ async def bench_operator(kubeconfig: Path, jobs: int, workers: int, idle: float)
             items = (await kube.get(collection_path(API_VERSION, "MPIJob", ns))).get("items") or []
             return len(items) == jobs and all((j.get("status") or {}).get("state") == "Running" for j in items)
 
-        out["create_to_all_running_s"] = await _wait(all_running, 600, "all jobs Running")
+        out["create_to_all_running_s"] = await seconds_until(
+            all_running, what="all jobs Running", within=600, interval=0.05
+        )
         await asyncio.sleep(2.0)  # let trailing status writes land
         out["writes_to_converge_per_job"] = (ctl.stats.writes - writes0) / jobs
         out["reconciles_to_converge_per_job"] = (ctl.stats.reconciles - reconciles0) / jobs
@@ -252,7 +237,9 @@ async def bench_operator(kubeconfig: Path, jobs: int, workers: int, idle: float)
             items = (await kube.get(collection_path(API_VERSION, "MPIJob", ns))).get("items") or []
             return all(j["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] < workers for j in items)
 
-        out["taint_to_all_jobs_scaled_in_s"] = await _wait(all_patched, 300, "all jobs patched")
+        out["taint_to_all_jobs_scaled_in_s"] = await seconds_until(
+            all_patched, what="all jobs patched", within=300, interval=0.05
+        )
 
         async def discovery_shrunk() -> bool:
             for i in range(jobs):
@@ -261,7 +248,7 @@ async def bench_operator(kubeconfig: Path, jobs: int, workers: int, idle: float)
                     return False
             return True
 
-        await _wait(discovery_shrunk, 300, "discovery")
+        await seconds_until(discovery_shrunk, what="discovery", within=300, interval=0.05)
         out["taint_to_all_discovery_updated_s"] = time.monotonic() - tainted
         await asyncio.sleep(3.0)
         out["writes_for_scale_in_per_job"] = (ctl.stats.writes - writes2) / jobs
@@ -290,11 +277,7 @@ def main() -> int:
     parser.add_argument("--dir", default=str(ROOT / ".cache" / "bench-testbed"))
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    report: dict[str, Any] = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-    }
+    report = report_header()
     report["planner"] = bench_planner([4, 64, 512], args.repeat)
     print("## Planner (pure, no cluster)\n")
     print("| workers | plan() steady, median µs | writes in steady state | plan() after node taint, median µs |")
@@ -305,25 +288,12 @@ def main() -> int:
             f"{row['termination_plan_us_median']:.0f} |"
         )
     if not args.planner_only:
-        was_running = cluster.is_running(args.dir)
-        testbed = cluster.up(2, args.dir, echo=lambda m: print(m, file=sys.stderr))
-        try:
-            from mpijob.cli.operator import install_crd
-
-            asyncio.run(install_crd(str(testbed.kubeconfig)))
-            report["operator"] = asyncio.run(bench_operator(testbed.kubeconfig, args.jobs, args.workers, args.idle))
-        finally:
-            if not was_running:
-                cluster.down(args.dir, echo=lambda m: print(m, file=sys.stderr))
+        with testbed_with_crd(args.dir, 2) as kubeconfig:
+            report["operator"] = asyncio.run(bench_operator(kubeconfig, args.jobs, args.workers, args.idle))
         o = report["operator"]
         print(f"\n## Operator on the testbed ({o['jobs']} elastic jobs x {o['workers_per_job']} workers)\n")
-        print("| measure | value |\n|---|---|")
-        for key, value in o.items():
-            print(f"| {key} | {value:.2f} |" if isinstance(value, float) else f"| {key} | {value} |")
-    print(f"\ncommand: {report['command']}  ({report['when']}, Python {report['python']})")
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
-    return 0
+        print_table(o)
+    return finish(report, args.json)
 
 
 if __name__ == "__main__":

@@ -5,16 +5,14 @@
 #             distribution with Gloo only (no MPI, no GPU): horovodrun's elastic driver and horovod.tensorflow
 # Usage: build-horovod-image.sh <out-dir>. The archive is <out-dir>/horovod.tar, a link to
 # ${XDG_CACHE_HOME:-~/.cache}/mpijob/images/horovod-<hash>.tar; the hash covers this script (which pins every
-# version) and the Debian release, so a later run or a fresh clone on this machine reuses it. The Horovod
+# version), lib.sh and the Debian release, so a later run or a fresh clone on this machine reuses it. The Horovod
 # wheel is cached beside it (wheels/), since compiling it is the slow part (~2-5 min on 2 cores).
 # Needs root (mmdebstrap, umoci), the packages of install-node-deps.sh, python3 with headers (python3-dev),
 # cmake and g++. Exit 3 (with the reason on stderr) when a build prerequisite is missing.
 set -euo pipefail
-out="${1:?usage: build-horovod-image.sh <out-dir>}"
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/mpijob/images"
-mkdir -p "$out" "$cache/wheels"
-self_hash="$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-16)"
-mirror="${MPIJOB_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+images_setup "${1:-}" "${BASH_SOURCE[0]}"
+mkdir -p "$cache/wheels"
 debian_pkgs="python3,python3-distutils,libstdc++6,openssh-server,openssh-client,procps"
 hash="$(echo "$self_hash $debian_pkgs bookworm" | sha256sum | cut -c1-16)"
 archive="$cache/horovod-$hash.tar"

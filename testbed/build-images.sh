@@ -3,18 +3,15 @@
 #   pause     busybox-static only; the pod sandbox image (sleeps until killed)
 #   launcher  a minimal Debian 12 root filesystem (mmdebstrap) with sh, curl, python3 and CA certificates:
 #             what the launcher's discover_hosts.sh and a test's loop need
-# Usage: build-images.sh <out-dir>. Each archive is named <image>-<hash>.tar, the hash covering this script
-# and the inputs' package versions, and is cached under ${XDG_CACHE_HOME:-~/.cache}/mpijob/images so a
+# Usage: build-images.sh <out-dir>. Each archive is named <image>-<hash>.tar, the hash covering this script,
+# lib.sh and the inputs' package versions, and is cached under ${XDG_CACHE_HOME:-~/.cache}/mpijob/images so a
 # fresh clone (or a fresh state directory) does not rebuild it. `up --real-node` imports them with
 # `ctr images import`. Needs root (mmdebstrap, umoci unpack/repack as root) and the packages of
 # install-node-deps.sh.
 set -euo pipefail
-out="${1:?usage: build-images.sh <out-dir>}"
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/mpijob/images"
-mkdir -p "$out" "$cache"
-self_hash="$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-16)"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+images_setup "${1:-}" "${BASH_SOURCE[0]}"
 launcher_pkgs="python3,curl,ca-certificates"
-mirror="${MPIJOB_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
 pack() { # pack <name> <rootfs-dir> <hash> <cmd...>: rootfs -> OCI archive in the cache
   local name=$1 rootfs=$2 hash=$3; shift 3

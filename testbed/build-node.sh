@@ -7,24 +7,19 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
+source "$here/lib.sh"
 out="${MPIJOB_TESTBED_NODE_BIN:-$repo/.cache/testbed/node-bin}"
-k8s_version="v1.37.2"
-
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false"
+k8s_go_env
 
 stamp="$out/.stamp"
-want="$( (cat "$here/build-node.sh" "$here"/k8s/go.mod "$here"/k8s/go.sum | sha256sum | cut -c1-16; go version) | tr '\n' ' ')"
+want="$( (cat "$here/build-node.sh" "$here/lib.sh" "$here"/k8s/go.mod "$here"/k8s/go.sum | sha256sum | cut -c1-16; go version) | tr '\n' ' ')"
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$out/kubelet" ]]; then
   echo "testbed: kubelet up to date in $out"
   exit 0
 fi
 mkdir -p "$out"
 start=$SECONDS
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=37"
-  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-done
+ldflags="$(k8s_ldflags)"
 cd "$here/k8s"
 echo "[testbed node build] go build k8s.io/kubernetes/cmd/kubelet (cold: ~8 min on 2 cores)"
 go mod download

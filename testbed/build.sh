@@ -11,14 +11,13 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
+source "$here/lib.sh"
 out="${MPIJOB_TESTBED_BIN:-$repo/.cache/testbed/bin}"
-k8s_version="v1.37.2"
 bins=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok)
-
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS="-mod=mod -buildvcs=false"
+k8s_go_env
 
 inputs_hash() {
-  cat "$here/build.sh" "$here"/k8s/go.mod "$here"/k8s/go.sum "$here"/k8s/cmd/etcd/main.go \
+  cat "$here/build.sh" "$here/lib.sh" "$here"/k8s/go.mod "$here"/k8s/go.sum "$here"/k8s/cmd/etcd/main.go \
       "$here"/kwok/go.mod "$here"/kwok/go.sum | sha256sum | cut -c1-16
   go version
 }
@@ -37,13 +36,7 @@ mkdir -p "$out"
 start=$SECONDS
 step() { printf '[testbed build %4ds] %s\n' $((SECONDS - start)) "$*"; }
 
-# Version stamping: what `kubectl version` and /version report.
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=37"
-  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-done
-
+ldflags="$(k8s_ldflags)"
 cd "$here/k8s"
 step "downloading Kubernetes modules (first run: ~1 GB)"
 go mod download

@@ -83,19 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="testbed_command", required=True)
 
     def with_dir(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument(
-            "--dir",
-            default=None,
-            help=f"state directory (default: ${ENV_STATE_DIR} or <repo>/.testbed)",
-        )
+        p.add_argument("--dir", default=None, help=f"state directory (default: ${ENV_STATE_DIR} or <repo>/.testbed)")
         return p
 
     def with_bin_dir(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument(
-            "--bin-dir",
-            default=None,
-            help=f"binary directory (default: ${ENV_BIN_DIR} or <repo>/.cache/testbed/bin)",
-        )
+        default = f"${ENV_BIN_DIR} or <repo>/.cache/testbed/bin"
+        p.add_argument("--bin-dir", default=None, help=f"binary directory (default: {default})")
         return p
 
     p = with_bin_dir(commands.add_parser("build", help="build the control-plane binaries (testbed/build.sh)"))

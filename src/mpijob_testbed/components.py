@@ -105,6 +105,22 @@ def command(
     return [*_command(component, bin_dir=bin_dir, layout=layout, pki=pki, ports=ports), *extra]
 
 
+def _serving_component(binary: str, kubeconfig: Path, port: int, pki: Pki) -> list[str]:
+    """The flags kube-controller-manager and kube-scheduler share: their identity, HTTPS on loopback with the
+    testbed's serving certificate, no leader election (one instance each)."""
+    return [
+        binary,
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--tls-cert-file={pki.serving_cert}",
+        f"--tls-private-key-file={pki.serving_key}",
+        "--leader-elect=false",
+    ]
+
+
 def _command(component: str, *, bin_dir: Path, layout: Layout, pki: Pki, ports: Ports) -> list[str]:
     binary = str(bin_dir / component)
     if component == "etcd":
@@ -156,17 +172,8 @@ def _command(component: str, *, bin_dir: Path, layout: Layout, pki: Pki, ports: 
             *_audit_flags(layout),
         ]
     if component == "kube-controller-manager":
-        kubeconfig = layout.component_kubeconfig(component)
         return [
-            binary,
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={ports.controller_manager}",
-            f"--tls-cert-file={pki.serving_cert}",
-            f"--tls-private-key-file={pki.serving_key}",
-            "--leader-elect=false",
+            *_serving_component(binary, layout.component_kubeconfig(component), ports.controller_manager, pki),
             f"--controllers={','.join(CONTROLLERS)}",
             # Each controller acts as its own kube-system service account, as on kubeadm clusters, so the
             # bootstrapped per-controller RBAC roles are exercised.
@@ -180,17 +187,8 @@ def _command(component: str, *, bin_dir: Path, layout: Layout, pki: Pki, ports: 
             "--profiling=false",
         ]
     if component == "kube-scheduler":
-        kubeconfig = layout.component_kubeconfig(component)
         return [
-            binary,
-            f"--kubeconfig={kubeconfig}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={ports.scheduler}",
-            f"--tls-cert-file={pki.serving_cert}",
-            f"--tls-private-key-file={pki.serving_key}",
-            "--leader-elect=false",
+            *_serving_component(binary, layout.component_kubeconfig(component), ports.scheduler, pki),
             "--profiling=false",
         ]
     if component == "kwok":

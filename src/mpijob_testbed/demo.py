@@ -26,6 +26,7 @@ from mpijob.executor.client import ApiError, Client
 from mpijob_testbed import cluster
 from mpijob_testbed.launcher_view import launcher_view
 from mpijob_testbed.nodes import SPOT_ITN_TAINT, taint_node, untaint_node
+from mpijob_testbed.waiting import seconds_until
 
 NAMESPACE = "mpijob-demo"
 JOB = "train"
@@ -133,7 +134,7 @@ def _manifest() -> dict[str, Any]:
 
 
 async def run_discovery(kube: Client) -> list[tuple[str, int]]:
-    """The launcher's view: discover_hosts.sh run with the launcher's own token (cli/launcher_view.py)."""
+    """The launcher's view: discover_hosts.sh run with the launcher's own token (mpijob_testbed/launcher_view.py)."""
     view = await launcher_view(kube, NAMESPACE, JOB)
     if not view.ok:
         raise KeyError(view.error)
@@ -166,16 +167,6 @@ async def _print_views(kube: Client) -> None:
         print(f"    {host}")
 
 
-async def _wait(check: Any, limit: float, what: str) -> float:
-    start = time.monotonic()
-    while True:
-        if await check():
-            return time.monotonic() - start
-        if time.monotonic() - start > limit:
-            raise SystemExit(f"demo: timed out after {limit:.0f}s waiting for {what}")
-        await asyncio.sleep(0.1)
-
-
 def _print_discovery(hosts: list[tuple[str, int]]) -> None:
     for host, slots in hosts:
         print(f"    {host}:{slots}")
@@ -190,7 +181,7 @@ async def _scenario(kubeconfig: Path, clock: Clock) -> None:
             )
         with contextlib.suppress(ApiError):
             await kube.delete(job_path(NAMESPACE, JOB))
-            await _wait(lambda: _gone(kube), 60, "the previous demo job to go away")
+            await seconds_until(lambda: _gone(kube), what="the previous demo job to go away", within=60, interval=0.1)
         await untaint_node(api, "node-2")
         await kube.create(f"/apis/{API_VERSION}/namespaces/{NAMESPACE}/mpijobs", _manifest())
         clock.say(f"created MPIJob {NAMESPACE}/{JOB}: 4 workers, elasticPolicy minReplicas=2, ScaleIn, grace {GRACE}s")
@@ -199,8 +190,8 @@ async def _scenario(kubeconfig: Path, clock: Clock) -> None:
             pods = await worker_pods(kube, NAMESPACE, JOB)
             return len(pods) == 4 and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
 
-        took = await _wait(all_running, 120, "4 Running workers")
-        await _wait(lambda: _discovery_size(kube, 4), 30, "4 hosts in discovery")
+        took = await seconds_until(all_running, what="4 Running workers", within=120, interval=0.1)
+        await seconds_until(lambda: _discovery_size(kube, 4), what="4 hosts in discovery", within=30, interval=0.1)
         clock.mark("job created -> 4 workers Running", took)
         clock.say(f"4 workers Running ({took:.1f}s)")
         before = await worker_pods(kube, NAMESPACE, JOB)
@@ -231,7 +222,8 @@ async def _scenario(kubeconfig: Path, clock: Clock) -> None:
                     raise SystemExit("demo: the launcher's discovery never shrank")
 
         seen, patched = await asyncio.gather(
-            launcher_shrunk(), _wait(replicas_lowered, 60, "the operator to lower replicas")
+            launcher_shrunk(),
+            seconds_until(replicas_lowered, what="the operator to lower replicas", within=60, interval=0.1),
         )
         pods = await worker_pods(kube, NAMESPACE, JOB)
         running = sorted(
@@ -254,7 +246,7 @@ async def _scenario(kubeconfig: Path, clock: Clock) -> None:
             names = {p["metadata"]["name"] for p in await worker_pods(kube, NAMESPACE, JOB)}
             return not names & set(doomed)
 
-        await _wait(doomed_gone, 120, "node-2's workers to be deleted")
+        await seconds_until(doomed_gone, what="node-2's workers to be deleted", within=120, interval=0.1)
         took = time.monotonic() - tainted
         clock.mark(f"taint -> node-2's pods gone (grace {GRACE}s + pod termination)", took)
         clock.say(f"node-2's workers deleted after the {GRACE}s grace period ({took:.1f}s after the taint)")
@@ -324,7 +316,7 @@ def _demo(args: argparse.Namespace) -> int:
     failed = False
     try:
         asyncio.run(_scenario(kubeconfig, clock))
-    except SystemExit as err:
+    except (SystemExit, TimeoutError) as err:  # TimeoutError: a wait of the scenario ran out
         failed = True
         print(err, file=sys.stderr)
     finally:

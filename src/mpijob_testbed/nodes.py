@@ -156,3 +156,29 @@ async def delete_node(api: ApiClient, node: str) -> None:
     except ApiException as exc:
         if exc.status != 404:
             raise
+
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+
+def spread_evenly(labels: dict[str, str], *, honor_taints: bool = False) -> list[dict[str, Any]]:
+    """topologySpreadConstraints: the pods matching `labels` one per node in turn (skew at most 1).
+    `honor_taints`: a tainted or cordoned node is no spreading domain, so replacements may all go elsewhere."""
+    constraint: dict[str, Any] = {
+        "maxSkew": 1,
+        "topologyKey": HOSTNAME_LABEL,
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": labels},
+    }
+    if honor_taints:
+        constraint["nodeTaintsPolicy"] = "Honor"
+    return [constraint]
+
+
+def spread_over(nodes: list[str], labels: dict[str, str], *, honor_taints: bool = False) -> dict[str, Any]:
+    """Pod spec fields that keep pods on `nodes` only and spread them evenly (see `spread_evenly`)."""
+    term = {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": list(nodes)}]}
+    return {
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}},
+        "topologySpreadConstraints": spread_evenly(labels, honor_taints=honor_taints),
+    }

@@ -86,7 +86,16 @@ _NODE_HEARTBEAT = (
     + _NODE_CONDITIONS
 )
 
-_POD_READY = """\
+# The identity of one container status, inside a `range` over the pod's (init) containers.
+_CONTAINER = """\
+- name: {{ .name | Quote }}
+  image: {{ .image | Quote }}
+  imageID: ""
+  containerID: {{ printf "kwok://%s" .name | Quote }}
+"""
+
+_POD_READY = (
+    """\
 {{- $now := Now }}
 phase: Running
 startTime: {{ $now | Quote }}
@@ -117,10 +126,9 @@ conditions:
 {{- end }}
 containerStatuses:
 {{- range .spec.containers }}
-- name: {{ .name | Quote }}
-  image: {{ .image | Quote }}
-  imageID: ""
-  containerID: {{ printf "kwok://%s" .name | Quote }}
+"""
+    + _CONTAINER
+    + """\
   ready: true
   started: true
   restartCount: 0
@@ -131,10 +139,9 @@ containerStatuses:
 {{- with .spec.initContainers }}
 initContainerStatuses:
 {{- range . }}
-- name: {{ .name | Quote }}
-  image: {{ .image | Quote }}
-  imageID: ""
-  containerID: {{ printf "kwok://%s" .name | Quote }}
+"""
+    + _CONTAINER
+    + """\
   restartCount: 0
 {{- if eq (or .restartPolicy "") "Always" }}
   ready: true
@@ -155,15 +162,31 @@ initContainerStatuses:
 {{- end }}
 {{- end }}
 """
+)
+
+
+def _terminated_container(exit_code: int, reason: str) -> str:
+    """Status template of one container (inside a `range`) that ran from `$started` and ended `$now`."""
+    return _CONTAINER + (
+        "  ready: false\n"
+        "  started: false\n"
+        "  restartCount: 0\n"
+        "  state:\n"
+        "    terminated:\n"
+        f"      exitCode: {exit_code}\n"
+        f"      reason: {reason}\n"
+        "      startedAt: {{ $started | Quote }}\n"
+        "      finishedAt: {{ $now | Quote }}\n"
+    )
 
 
 def _terminated(phase: str, exit_code: int, reason: str) -> str:
-    """Status template: every container (and init container) terminated with `exit_code`."""
+    """Status template: every container terminated with `exit_code` (init containers with 0, Completed)."""
     head = """\
 {{- $now := Now }}
 {{- $started := or .status.startTime $now }}
 """
-    body = f"""\
+    conditions = f"""\
 phase: {phase}
 conditions:
 - type: Ready
@@ -174,42 +197,15 @@ conditions:
   status: "False"
   reason: PodCompleted
   lastTransitionTime: {{{{ $now | Quote }}}}
-containerStatuses:
-{{{{- range .spec.containers }}}}
-- name: {{{{ .name | Quote }}}}
-  image: {{{{ .image | Quote }}}}
-  imageID: ""
-  containerID: {{{{ printf "kwok://%s" .name | Quote }}}}
-  ready: false
-  started: false
-  restartCount: 0
-  state:
-    terminated:
-      exitCode: {exit_code}
-      reason: {reason}
-      startedAt: {{{{ $started | Quote }}}}
-      finishedAt: {{{{ $now | Quote }}}}
-{{{{- end }}}}
-{{{{- with .spec.initContainers }}}}
-initContainerStatuses:
-{{{{- range . }}}}
-- name: {{{{ .name | Quote }}}}
-  image: {{{{ .image | Quote }}}}
-  imageID: ""
-  containerID: {{{{ printf "kwok://%s" .name | Quote }}}}
-  ready: false
-  started: false
-  restartCount: 0
-  state:
-    terminated:
-      exitCode: 0
-      reason: Completed
-      startedAt: {{{{ $started | Quote }}}}
-      finishedAt: {{{{ $now | Quote }}}}
-{{{{- end }}}}
-{{{{- end }}}}
 """
-    return head + body
+    containers = (
+        "containerStatuses:\n{{- range .spec.containers }}\n"
+        + _terminated_container(exit_code, reason)
+        + "{{- end }}\n{{- with .spec.initContainers }}\ninitContainerStatuses:\n{{- range . }}\n"
+        + _terminated_container(0, "Completed")
+        + "{{- end }}\n{{- end }}\n"
+    )
+    return head + conditions + containers
 
 
 def _jq(key: str, operator: str, *values: str) -> dict[str, Any]:

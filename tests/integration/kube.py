@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -12,6 +11,7 @@ from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import collection_path, object_path
+from mpijob_testbed.waiting import wait_until
 
 T = TypeVar("T")
 
@@ -19,21 +19,14 @@ T = TypeVar("T")
 async def eventually(
     check: Callable[[], Awaitable[T]], *, within: float = 60.0, interval: float = 0.2, what: str = "condition"
 ) -> T:
-    """Polls `check` until it returns something truthy. The timeout is a generous upper bound for a
-    shared machine, not a performance claim."""
-    deadline = time.monotonic() + within
-    last: Any = None
-    while True:
-        try:
-            last = await check()
-        except (ApiError, AssertionError, KeyError) as err:
-            last = err
-        else:
-            if last:
-                return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}; last: {last!r}")
-        await asyncio.sleep(interval)
+    """`wait_until` with the tests' conventions: API errors, failed asserts and missing keys inside `check`
+    mean "not yet", and running out of time is a test failure (AssertionError)."""
+    try:
+        return await wait_until(
+            check, what=what, within=within, interval=interval, retry_on=(ApiError, AssertionError, KeyError)
+        )
+    except TimeoutError as err:
+        raise AssertionError(str(err)) from None
 
 
 def container(name: str = "main", **extra: Any) -> dict[str, Any]:

@@ -27,7 +27,13 @@ from typing import Any
 from kube import Kube
 
 from mpijob.api import constants as c
-from mpijob.executor.resources import object_path
+from mpijob_testbed.launcher_view import (
+    api_address,
+    launcher_env,
+    request_token,
+    run_discover_hosts,
+    write_service_account,
+)
 
 Obj = dict[str, Any]
 
@@ -85,14 +91,13 @@ class Launcher:
         )
 
     def base_env(self) -> dict[str, str]:
-        return {
-            "PATH": "/usr/bin:/bin",
-            "KUBERNETES_SERVICE_HOST": self.host,
-            "KUBERNETES_SERVICE_PORT": self.port,
-            "MPIJOB_SERVICEACCOUNT_DIR": str(self.dir / "serviceaccount"),
-            "MPIJOB_DISCOVERY_FILE": str(self.dir / "discovery-hosts"),
-            "MPIJOB_DISCOVERY_CONFIG_FILE": str(self.dir / "config-discovered-hosts"),
-        }
+        return launcher_env(
+            self.host,
+            self.port,
+            self.dir / "serviceaccount",
+            self.dir / "discovery-hosts",
+            self.dir / "config-discovered-hosts",
+        )
 
     async def run(self, script: str | None = None, **overrides: str | None) -> Run:
         """Runs discover_hosts.sh with `sh` (as Horovod's driver does) and `--explain`; `overrides` change
@@ -107,12 +112,8 @@ class Launcher:
                 env.pop(key, None)
             else:
                 env[key] = value
-        proc = await asyncio.create_subprocess_exec(
-            "sh", str(path), "--explain", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-        )
-        # Generous: a hung script fails the test instead of hanging it (no performance claim).
-        out, err = await asyncio.wait_for(proc.communicate(), 30)
-        return Run(int(proc.returncode or 0), out.decode(), err.decode())
+        run = await run_discover_hosts(path, env)
+        return Run(run.returncode, run.stdout, run.stderr)
 
     async def get_as_launcher(self, path: str) -> int:
         """HTTP status of a GET with the launcher's token (200 or the refusal)."""
@@ -137,35 +138,15 @@ async def service_account_of(kube: Kube, job: str) -> str:
     return str(pods[0]["spec"].get("serviceAccountName") or "default")
 
 
-async def request_token(kube: Kube, account: str, bound_secret: Obj | None = None) -> str:
-    body: Obj = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}}
-    if bound_secret is not None:
-        # Revocable: the token stops working when that Secret is deleted.
-        body["spec"]["boundObjectRef"] = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "name": bound_secret["metadata"]["name"],
-            "uid": bound_secret["metadata"]["uid"],
-        }
-    result = await kube.client.create(object_path("v1", "ServiceAccount", kube.ns, account, "token"), body)
-    return str(result["status"]["token"])
-
-
 @contextlib.asynccontextmanager
 async def launcher(kube: Kube, job: str, *, bound_secret: Obj | None = None) -> AsyncIterator[Launcher]:
     """The launcher of `job` (its pod must exist): token, CA and API address as a pod would get them."""
-    cfg = kube.client.api.configuration
-    server = urllib.parse.urlsplit(str(cfg.host))
     account = await service_account_of(kube, job)
-    token = await request_token(kube, account, bound_secret)
+    token = await request_token(kube.client, kube.ns, account, seconds=3600, bound_secret=bound_secret)
     with tempfile.TemporaryDirectory(prefix="launcher-") as tmp:
         root = Path(tmp)
-        sa = root / "serviceaccount"
-        sa.mkdir()
-        (sa / "token").write_text(token)
-        (sa / "ca.crt").write_text(await asyncio.to_thread(Path(str(cfg.ssl_ca_cert)).read_text))
-        (sa / "namespace").write_text(kube.ns)
-        item = Launcher(kube, job, root, server.hostname or "127.0.0.1", str(server.port or 443))
+        write_service_account(root / "serviceaccount", kube.client, kube.ns, token)
+        item = Launcher(kube, job, root, *api_address(kube.client))
         await item.project_files()
         yield item
 

@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 from kube import Kube, container, eventually, has_condition, kubectl, live, mpijob, names
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
-from kubernetes_asyncio.watch import Watch
 from launcher import dumps, launcher
 from operator_harness import OperatorProcess
 
@@ -31,6 +30,7 @@ from mpijob.executor.resources import collection_path
 from mpijob.planner.discovery import listed_hosts
 from mpijob_testbed import SPOT_ITN_TAINT, cordon_node, create_node, delete_node, taint_node
 from mpijob_testbed.nodes import CAPACITY_TYPE_LABELS, ON_DEMAND, SPOT
+from mpijob_testbed.watching import WatchRecorder
 
 pytestmark = pytest.mark.integration
 
@@ -181,7 +181,7 @@ def parse_ts(value: str) -> datetime:
 
 def discovery_names(data: dict[str, str]) -> list[str]:
     """Pod names in a version of the job's ConfigMap data: the discovery list the launcher reads from the API."""
-    return [host.split(".", 1)[0] for host in listed_hosts(data)]
+    return [host.split(".", 1)[0] for host in listed_hosts(data) or []]
 
 
 async def run_discovery(kube: Kube, job: str, source: str = "API") -> list[str]:
@@ -251,42 +251,20 @@ class Recorder:
         self.kube = kube
         self.api_version = api_version
         self.kind = kind
-        self.func = func
-        self.args = args
-        self.events: list[tuple[str, Obj]] = []
-        self.watch = Watch()
-        self.task: asyncio.Task[None] | None = None
-        self.error: BaseException | None = None
+        self.stream = WatchRecorder(func, *args)
 
     async def __aenter__(self) -> Recorder:
         listing = await self.kube.client.request("GET", collection_path(self.api_version, self.kind, self.kube.ns))
         self.initial: list[Obj] = listing.get("items") or []
-        stream = self.watch.stream(
-            self.func, *self.args, resource_version=listing["metadata"]["resourceVersion"], timeout_seconds=900
-        )
-        self.task = asyncio.create_task(self._run(stream))
+        await self.stream.start(listing["metadata"]["resourceVersion"], timeout_seconds=900)
         return self
 
-    async def _run(self, stream: Any) -> None:
-        try:
-            async for event in stream:
-                self.events.append((event["type"], event["raw_object"]))
-        except asyncio.CancelledError:
-            raise
-        except BaseException as err:  # surfaced by versions()
-            self.error = err
-
     async def __aexit__(self, *exc: object) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.task
-        with contextlib.suppress(Exception):
-            await self.watch.close()
+        await self.stream.stop()
 
     def versions(self, name: str | None = None) -> list[tuple[str, Obj]]:
-        assert self.error is None, f"watch of {self.kind} failed: {self.error!r}"
-        return [(t, o) for t, o in self.events if name is None or o["metadata"]["name"] == name]
+        assert self.stream.error is None, f"watch of {self.kind} failed: {self.stream.error!r}"
+        return [(t, o) for _, t, o in self.stream.events if name is None or o["metadata"]["name"] == name]
 
 
 def rv(obj: Obj) -> int:

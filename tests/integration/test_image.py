@@ -29,15 +29,20 @@ def _tool(name: str) -> str:
     return path
 
 
-def _bundle(tmp: Path, kubeconfig: Path, namespace: str) -> Path:
+def _unpack(bundle: Path) -> Path:
+    """The image as a runtime bundle (config.json and rootfs/)."""
     if not (IMAGE_DIR / "oci").is_dir():
         pytest.fail(f"no image in {IMAGE_DIR}/oci: run `make image`")
-    bundle = tmp / "bundle"
     subprocess.run(
         [_tool("umoci"), "unpack", "--image", f"{IMAGE_DIR / 'oci'}:{VERSION}", str(bundle)],
         check=True,
         capture_output=True,
     )
+    return bundle
+
+
+def _bundle(tmp: Path, kubeconfig: Path, namespace: str) -> Path:
+    bundle = _unpack(tmp / "bundle")
     config = json.loads((bundle / "config.json").read_text())
     # What the image says (user, entrypoint, env) is kept; the test only adds what a pod spec would.
     assert config["process"]["user"] == {"uid": 65532, "gid": 65532}
@@ -72,15 +77,7 @@ def _bundle(tmp: Path, kubeconfig: Path, namespace: str) -> Path:
 
 
 def test_the_image_carries_the_operator_and_not_the_development_testbed(tmp_path: Path) -> None:
-    if not (IMAGE_DIR / "oci").is_dir():
-        pytest.fail(f"no image in {IMAGE_DIR}/oci: run `make image`")
-    bundle = tmp_path / "bundle"
-    subprocess.run(
-        [_tool("umoci"), "unpack", "--image", f"{IMAGE_DIR / 'oci'}:{VERSION}", str(bundle)],
-        check=True,
-        capture_output=True,
-    )
-    lib = bundle / "rootfs/opt/mpijob/lib"
+    lib = _unpack(tmp_path / "bundle") / "rootfs/opt/mpijob/lib"
     assert (lib / "mpijob/runtime/operator.py").is_file()
     shipped = sorted(p.name for p in lib.iterdir() if "testbed" in p.name) + [
         str(p.relative_to(lib)) for p in (lib / "mpijob").rglob("*testbed*")

@@ -29,7 +29,7 @@ Obj = dict[str, Any]
 
 async def discovery_in_api(kube: Kube, job: str) -> list[str]:
     cm = await kube.get("v1", "ConfigMap", c.config_map_name(job))
-    return sorted(h.split(".", 1)[0] for h in listed_hosts((cm or {}).get("data") or {}))
+    return sorted(h.split(".", 1)[0] for h in listed_hosts((cm or {}).get("data") or {}) or [])
 
 
 @contextlib.contextmanager
@@ -130,7 +130,7 @@ async def test_api_unreachable_hung_or_token_revoked_falls_back_to_the_files_and
         async def nudged() -> bool:
             (pod,) = live(await kube.launcher_pods("fallback"))
             value = (pod["metadata"].get("annotations") or {}).get(c.ANNOTATION_DISCOVERED_HOSTS, "")
-            return sorted(h.split(".", 1)[0] for h in listed_hosts({c.DISCOVERED_HOSTS_KEY: value})) == expected
+            return sorted(h.split(".", 1)[0] for h in listed_hosts({c.DISCOVERED_HOSTS_KEY: value}) or []) == expected
 
         await eventually(nudged, within=30, what="the launcher pod annotated with the discovery list")
 

@@ -36,6 +36,7 @@ from mpijob.cli.operator import install_crd
 from mpijob.executor.client import Client
 from mpijob_testbed import SPOT_ITN_TAINT, cluster, create_node, delete_node, hoststate, realnode, taint_node
 from mpijob_testbed.client import load_api_client
+from mpijob_testbed.nodes import spread_over
 from mpijob_testbed.paths import repo_root, resolve_bin_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.realnode]
@@ -289,23 +290,7 @@ def elastic_job_on_real_launcher(
             "metadata": {"labels": spread},
             "spec": {
                 "containers": [{"name": "worker", "image": "mpioperator/mpi-pi:openmpi"}],
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": worker_nodes}]}
-                            ]
-                        }
-                    }
-                },
-                "topologySpreadConstraints": [
-                    {
-                        "maxSkew": 1,
-                        "topologyKey": HOSTNAME,
-                        "whenUnsatisfiable": "DoNotSchedule",
-                        "labelSelector": {"matchLabels": spread},
-                    }
-                ],
+                **spread_over(worker_nodes, spread),
             },
         },
         launcher_template={

@@ -27,6 +27,7 @@ from mpijob.cli.elastic import scale_in
 from mpijob.executor.client import ApiError
 from mpijob_testbed import SPOT_ITN_TAINT, cluster, extras, taint_node
 from mpijob_testbed.errors import TestbedError
+from mpijob_testbed.nodes import spread_evenly
 
 pytestmark = pytest.mark.integration
 
@@ -271,15 +272,7 @@ async def test_spot_taint_on_a_kueue_managed_elastic_job_removes_the_nodes_worke
         )
         wt = body["spec"]["mpiReplicaSpecs"]["Worker"]["template"]
         wt.setdefault("metadata", {})["labels"] = spread
-        wt["spec"]["topologySpreadConstraints"] = [
-            {
-                "maxSkew": 1,
-                "topologyKey": HOSTNAME,
-                "whenUnsatisfiable": "DoNotSchedule",
-                "labelSelector": {"matchLabels": spread},
-                "nodeTaintsPolicy": "Honor",
-            }
-        ]
+        wt["spec"]["topologySpreadConstraints"] = spread_evenly(spread, honor_taints=True)
         body["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["nodeSelector"] = {HOSTNAME: nodes[0]}
         await kube.create(body)
         before = await _running_workers(kube, "spot", 4)
@@ -445,15 +438,7 @@ async def test_coscheduled_elastic_job_shrunk_by_a_spot_taint_keeps_running_and_
         )
         wt = body["spec"]["mpiReplicaSpecs"]["Worker"]["template"]
         wt["metadata"] = {"labels": spread}
-        wt["spec"]["topologySpreadConstraints"] = [
-            {
-                "maxSkew": 1,
-                "topologyKey": HOSTNAME,
-                "whenUnsatisfiable": "DoNotSchedule",
-                "labelSelector": {"matchLabels": spread},
-                "nodeTaintsPolicy": "Honor",
-            }
-        ]
+        wt["spec"]["topologySpreadConstraints"] = spread_evenly(spread, honor_taints=True)
         body["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["nodeSelector"] = {HOSTNAME: nodes[0]}
         await kube.create(body)
         before = await _running_workers(kube, "shrink", 4)

@@ -13,6 +13,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from mpijob.api import constants as c
+from mpijob.api.objects import get_condition, is_true
+from mpijob.planner import discovery
 from mpijob.planner.actions import Action, Create, Delete, Emit, Patch, RequeueAfter
 from mpijob.planner.snapshot import Obj, OperatorConfig, Snapshot, format_time
 
@@ -544,11 +546,20 @@ def patched_pods(actions: Sequence[Action]) -> list[str]:
     return [a.name for a in patches(actions, "Pod")]
 
 
+def announced(actions: Sequence[Action]) -> list[Emit]:
+    """Every Event a plan may post, in order: the ones of the announce phase, and those a write carries."""
+    found: list[Emit] = []
+    for a in actions:
+        if isinstance(a, Emit):
+            found.append(a)
+        elif isinstance(a, Create | Patch | Delete):
+            found += a.announce
+    return found
+
+
 def emits(actions: Sequence[Action], type_: str | None = None, reason: str | None = None) -> list[Emit]:
     return [
-        a
-        for a in actions
-        if isinstance(a, Emit) and (type_ is None or a.type == type_) and (reason is None or a.reason == reason)
+        a for a in announced(actions) if (type_ is None or a.type == type_) and (reason is None or a.reason == reason)
     ]
 
 
@@ -573,17 +584,9 @@ def spec_patches(actions: Sequence[Action]) -> list[Patch]:
     return [a for a in patches(actions, "MPIJob") if a.subresource is None]
 
 
-def cond(status: Obj, kind: str) -> Obj | None:
-    for x in status.get("conditions") or []:
-        if x.get("type") == kind:
-            found: Obj = x
-            return found
-    return None
-
-
-def cond_true(status: Obj, kind: str) -> bool:
-    x = cond(status, kind)
-    return x is not None and x.get("status") == "True"
+# A condition of a status, and whether it is True.
+cond = get_condition
+cond_true = is_true
 
 
 def env_of(container: Obj) -> dict[str, str]:
@@ -593,7 +596,11 @@ def env_of(container: Obj) -> dict[str, str]:
 def existing_children(job: Obj, *, data: Mapping[str, str] | None = None) -> dict[str, Any]:
     """snap() keyword arguments for a job whose Service, ConfigMap, Secret, PDB and launcher access (if elastic)
     and launcher exist, so a plan shows only what a test is about. The launcher pod carries the discovery list
-    of `data`, as the operator would have annotated it."""
+    of `data`, as the operator would have annotated it. By default the ConfigMap has an empty discovery list
+    (a known listing that names no host)."""
+    if data is None:
+        meta = job["metadata"]
+        data = {c.DISCOVERED_HOSTS_KEY: discovery.payload(meta.get("namespace", ""), meta["name"], [], 1, "earlier")}
     ep = job["spec"].get("elasticPolicy")
     launcher = launcher_job(job)
     pod = launcher_pod(launcher)

@@ -27,5 +27,5 @@ def test_beside_the_reference_only_jobs_naming_this_operator_are_reconciled() ->
     ours = mpijob(workers=1, run_policy={"managedBy": "mpijob.kubeflow.org/operator"})
     assert created_names(_with(BESIDE, ours), "Pod") == ["pi-worker-0"]
     # Unset and the reference's own name belong to the reference operator: nothing planned, not even status.
-    assert _with(BESIDE, mpijob(workers=1)) == []
-    assert _with(BESIDE, mpijob(workers=1, run_policy={"managedBy": "kubeflow.org/mpi-operator"})) == []
+    assert list(_with(BESIDE, mpijob(workers=1))) == []
+    assert list(_with(BESIDE, mpijob(workers=1, run_policy={"managedBy": "kubeflow.org/mpi-operator"}))) == []

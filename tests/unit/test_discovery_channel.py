@@ -292,7 +292,7 @@ def test_unchanged_hosts_keep_the_list_and_its_changed_time() -> None:
 
 def test_finished_or_terminating_launcher_pods_are_not_nudged() -> None:
     job = mpijob(workers=2, elastic_policy=elastic(1, 8), status=running_status())
-    children = existing_children(job)
+    children = existing_children(job, data={})  # no list yet: the live launcher pod is nudged
     done = copy.deepcopy(children["launcher_pods"][0])
     done["metadata"]["name"] = "pi-launcher-done"
     done["status"]["phase"] = "Failed"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mpijob.api import constants as c
+from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Obj
 
@@ -335,3 +336,21 @@ def test_a_worker_marked_before_a_crash_but_still_in_discovery_gets_its_full_gra
     assert requeue(actions) == pytest.approx(GRACE)
     data = config_data(actions)
     assert data is not None and "pi-worker-2" not in " ".join(hosts_in(data[c.DISCOVERED_HOSTS_KEY]))
+
+
+def test_a_config_map_without_the_discovery_list_is_an_unknown_listing_not_parsed_from_the_script() -> None:
+    # Written by an operator version before the list existed: its script's echo lines are not read back.
+    # Nothing is assumed about what the launcher was served, so a leaving worker whose grace period is over
+    # is marked again from now (not deleted), and the ConfigMap write that adds the list goes first.
+    job = _job(3, to_delete=["pi-worker-2"])
+    script = "#!/bin/sh\n" + "".join(f"echo pi-worker-{i}.pi.team-a.svc:1\n" for i in range(2))
+    assert listed_hosts({c.DISCOVER_HOSTS_KEY: script}) is None
+    pods = [worker(job, 0), worker(job, 1), worker(job, 2, annotations=leaving(ts(-(GRACE + 5))))]
+
+    made = plan(snap(job, pods, **existing_children(job, data={c.DISCOVER_HOSTS_KEY: script, c.HOSTFILE_KEY: ""})))
+
+    assert deleted_pods(list(made)) == []
+    assert patched_pods(list(made)) == ["pi-worker-2"]
+    assert [a.kind for a in made.leave_discovery] == ["ConfigMap"]
+    data = config_data(list(made))
+    assert data is not None and listed_hosts(data) == ["pi-worker-0.pi.team-a.svc", "pi-worker-1.pi.team-a.svc"]

@@ -37,6 +37,14 @@ def _world(config: OperatorConfig, *nodes: str) -> World:
     return world
 
 
+def _launched(world: World, job: Obj) -> World:
+    """`job` in `world`, settled with its launcher started."""
+    world.add(job)
+    world.settle("pi")
+    world.start_launcher("pi")
+    return world
+
+
 def _resources(cpu: str, memory: str) -> Obj:
     return {"requests": {"cpu": cpu, "memory": memory}}
 
@@ -153,10 +161,7 @@ def test_min_available_below_the_job_size_counts_launcher_and_fewer_workers_in_m
 
 
 def test_a_settled_gang_job_writes_nothing() -> None:
-    world = _world(COSCHEDULING)
-    world.add(_job_with_requests(workers=2))
-    world.settle("pi")
-    world.start_launcher("pi")
+    world = _launched(_world(COSCHEDULING), _job_with_requests(workers=2))
     world.settle("pi")
 
     assert writes(world.reconcile("pi")) == []
@@ -254,10 +259,7 @@ def test_suspending_deletes_the_pod_group_and_resuming_recreates_it_keeping_the_
 
 
 def test_a_finished_job_loses_its_pod_group() -> None:
-    world = _world(VOLCANO)
-    world.add(mpijob(workers=1))
-    world.settle("pi")
-    world.start_launcher("pi")
+    world = _launched(_world(VOLCANO), mpijob(workers=1))
     world.finish_launcher("pi")
 
     world.settle("pi")
@@ -283,16 +285,8 @@ def test_min_available_above_the_current_size_is_capped_so_the_gang_stays_satisf
 
 
 def test_a_spot_scale_in_keeps_the_gang_satisfiable_by_the_workers_that_remain() -> None:
-    world = _world(COSCHEDULING, "node-1", "node-2")
-    world.add(
-        mpijob(
-            workers=4,
-            elastic_policy=elastic(1, 8, grace=0),
-            run_policy={"schedulingPolicy": {"minAvailable": 5}},
-        )
-    )
-    world.settle("pi")
-    world.start_launcher("pi")
+    job = mpijob(workers=4, elastic_policy=elastic(1, 8, grace=0), run_policy={"schedulingPolicy": {"minAvailable": 5}})
+    world = _launched(_world(COSCHEDULING, "node-1", "node-2"), job)
     world.settle("pi")
     group = world.get("PodGroup", "pi")
     assert group is not None and group["spec"]["minMember"] == 5

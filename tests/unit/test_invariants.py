@@ -358,6 +358,41 @@ def _healthy(world: World) -> list[str]:
     return sorted(n for n, obj in world.nodes.items() if not obj["spec"])
 
 
+def perturb(world: World, steps: list[Step], nodes: int, low: int, high: int) -> None:
+    """Applies random steps to job "pi": node signals, evictions, deletions, scale edits, reconciles, time."""
+    for step in steps:
+        workers = world.worker_names("pi")
+        job = world.job("pi")
+        if step.kind in ("taint", "cordon", "remove"):
+            name = f"node-{step.arg % nodes}"
+            if name in world.nodes and step.kind == "taint":
+                world.taint(name, SPOT_TAINT)
+            elif name in world.nodes and step.kind == "cordon":
+                world.cordon(name)
+            elif name in world.nodes:
+                world.remove_node(name)
+            world.placement = _healthy(world)
+        elif step.kind in ("evict", "delete") and workers:
+            victim = workers[step.arg % len(workers)]
+            world.kubelet_evict(victim) if step.kind == "evict" else world.delete_pod(victim)
+        elif step.kind == "scale":
+            job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = max(low, min(high, step.arg))
+            job["metadata"]["resourceVersion"] = world.next_rv()
+        elif step.kind == "scale-in" and workers:
+            names = sorted({workers[i % len(workers)] for i in step.arg})
+            replicas = job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
+            job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = max(low, replicas - len(names))
+            job["spec"]["elasticPolicy"]["workersToDelete"] = names
+            job["metadata"]["resourceVersion"] = world.next_rv()
+        elif step.kind == "bad-names":
+            job["spec"]["elasticPolicy"]["workersToDelete"] = list(step.arg)
+            job["metadata"]["resourceVersion"] = world.next_rv()
+        elif step.kind == "reconcile":
+            world.reconcile("pi")
+        elif step.kind == "time":
+            world.advance(step.arg)
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     nodes=st.integers(1, 4),
@@ -397,37 +432,7 @@ def test_world_reaches_a_fixed_point_with_replicas_kept_workers(
     )
     world.settle("pi")
 
-    for step in steps:
-        workers = world.worker_names("pi")
-        job = world.job("pi")
-        if step.kind in ("taint", "cordon", "remove"):
-            name = f"node-{step.arg % nodes}"
-            if name in world.nodes and step.kind == "taint":
-                world.taint(name, SPOT_TAINT)
-            elif name in world.nodes and step.kind == "cordon":
-                world.cordon(name)
-            elif name in world.nodes:
-                world.remove_node(name)
-            world.placement = _healthy(world)
-        elif step.kind in ("evict", "delete") and workers:
-            victim = workers[step.arg % len(workers)]
-            world.kubelet_evict(victim) if step.kind == "evict" else world.delete_pod(victim)
-        elif step.kind == "scale":
-            job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = max(low, min(high, step.arg))
-            job["metadata"]["resourceVersion"] = world.next_rv()
-        elif step.kind == "scale-in" and workers:
-            names = sorted({workers[i % len(workers)] for i in step.arg})
-            replicas = job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
-            job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = max(low, replicas - len(names))
-            job["spec"]["elasticPolicy"]["workersToDelete"] = names
-            job["metadata"]["resourceVersion"] = world.next_rv()
-        elif step.kind == "bad-names":
-            job["spec"]["elasticPolicy"]["workersToDelete"] = list(step.arg)
-            job["metadata"]["resourceVersion"] = world.next_rv()
-        elif step.kind == "reconcile":
-            world.reconcile("pi")
-        elif step.kind == "time":
-            world.advance(step.arg)
+    perturb(world, steps, nodes, low, high)
 
     world.settle("pi", max_rounds=80)
     event(f"policy={policy}, {'perturbed' if steps else 'untouched'}")

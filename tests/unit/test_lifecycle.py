@@ -239,7 +239,7 @@ def test_ttl_after_finished_deletes_the_mpijob_once_expired() -> None:
 
 def test_finished_job_without_ttl_is_kept_and_not_requeued() -> None:
     actions = plan(snap(_finished_job(ts(-6000), ttl=None)))
-    assert actions == []
+    assert list(actions) == []
 
 
 def test_ttl_deletion_in_the_world_removes_the_job_and_its_children() -> None:
@@ -436,8 +436,8 @@ def test_suspend_then_resume_in_the_world_recreates_the_workers() -> None:
 @pytest.mark.parametrize("managed_by", ["kueue.x-k8s.io/multikueue", "example.com/other"])
 def test_job_managed_by_another_controller_is_left_alone(managed_by: str) -> None:
     job = mpijob(workers=2, run_policy={"managedBy": managed_by})
-    assert plan(snap(job)) == []
-    assert plan(snap(job, [worker(job, 0)], launcher=launcher_job(job))) == []
+    assert list(plan(snap(job))) == []
+    assert list(plan(snap(job, [worker(job, 0)], launcher=launcher_job(job)))) == []
 
 
 def test_job_managed_by_this_operator_is_reconciled() -> None:
@@ -448,7 +448,7 @@ def test_job_managed_by_this_operator_is_reconciled() -> None:
 def test_job_being_deleted_is_left_alone() -> None:
     job = mpijob(workers=2)
     job["metadata"]["deletionTimestamp"] = ts(-1)
-    assert plan(snap(job)) == []
+    assert list(plan(snap(job))) == []
 
 
 # -- workers of a non-elastic job --------------------------------------------------------------------------

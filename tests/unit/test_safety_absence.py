@@ -42,7 +42,7 @@ def test_node_missing_from_the_cache_is_confirmed_before_anything_is_decided() -
 
     actions = plan(snap(job, _pods(job), node_map={"node-1": node("node-1")}, checks={}, **existing_children(job)))
 
-    assert actions == [ConfirmAbsence("Node", "node-2")]
+    assert list(actions) == [ConfirmAbsence("Node", "node-2")]
 
 
 def test_node_the_api_server_still_has_is_not_treated_as_deleted() -> None:
@@ -77,7 +77,7 @@ def test_leaving_worker_on_a_missing_node_waits_for_the_read_before_an_immediate
 
     actions = plan(snap(job, pods, node_map={"node-1": node("node-1")}, checks={}, **existing_children(job)))
 
-    assert actions == [ConfirmAbsence("Node", "node-2")]
+    assert list(actions) == [ConfirmAbsence("Node", "node-2")]
 
 
 def test_worker_missing_from_the_cache_is_not_counted_as_lost_until_confirmed() -> None:
@@ -86,7 +86,7 @@ def test_worker_missing_from_the_cache_is_not_counted_as_lost_until_confirmed() 
     pods = [worker(job, 0), worker(job, 1)]  # pi-worker-2 is not in the cache
 
     asked = plan(snap(job, pods, checks={}, **existing_children(job)))
-    assert asked == [ConfirmAbsence("Pod", "pi-worker-2")]
+    assert list(asked) == [ConfirmAbsence("Pod", "pi-worker-2")]
 
     present = plan(snap(job, pods, checks={("Pod", "pi-worker-2"): False}, **existing_children(job)))
     assert spec_patches(present) == []  # no decrement: it exists, the cache is behind

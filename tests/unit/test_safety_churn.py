@@ -4,6 +4,8 @@ last failure, at most 5 min; forgotten after 10 quiet minutes."""
 
 from __future__ import annotations
 
+from mpijob.planner.plan import plan
+
 from .builders import created_names, elastic, mpijob
 from .world import World
 
@@ -113,3 +115,21 @@ def test_workers_that_served_before_their_node_went_are_not_counted_as_churn() -
 
     assert "recentWorkerFailures" not in world.job("pi")["status"]
     assert len(world.kept_workers("pi")) == 2
+
+
+def test_a_landing_is_counted_once_even_when_the_plan_stops_after_recording_its_decision() -> None:
+    # The plan that sees a young worker's node signal lists it in the spec (first) and counts it in the
+    # status (later). A reconcile cut between the two must not lose the count: the next plan, which finds the
+    # worker listed already, counts it then (and only once).
+    counts = []
+    for cut in (False, True):
+        world = _world()
+        world.add_nodes("node-2")
+        world.placement = ["node-2"]  # the replacements land well
+        world.taint("node-1", "cloud.google.com/impending-node-termination")  # the workers are young
+        made = plan(world.snapshot("pi"))
+        assert made.record and made.status
+        world.apply(list(made.record) if cut else list(made), world.job("pi"))
+        world.settle("pi", kubelet=False, follow_requeue=False)
+        counts.append(world.job("pi")["status"].get("recentWorkerFailures"))
+    assert counts == [2, 2]

@@ -80,13 +80,19 @@ def test_cordon_above_the_floor_scales_in_down_to_the_floor_only() -> None:
     assert len(created_names(actions, "Pod")) == 1
 
 
-def test_cordon_at_the_floor_never_takes_discovery_below_min_replicas_and_converges() -> None:
+def _serving_at_the_floor(*nodes: str) -> World:
+    """Job "pi" at its floor (2 of 2..4 workers, grace 0) placed on node-1, its launcher running."""
     world = World(placement=["node-1"])
-    world.add_nodes("node-1", "node-2")
+    world.add_nodes(*nodes)
     world.add(mpijob(workers=2, elastic_policy=elastic(2, 4, grace=0)))
     world.settle("pi")
     world.start_launcher("pi")
     world.settle("pi")
+    return world
+
+
+def test_cordon_at_the_floor_never_takes_discovery_below_min_replicas_and_converges() -> None:
+    world = _serving_at_the_floor("node-1", "node-2")
     old = set(world.worker_names("pi"))
     assert len(world.discovered("pi")) == 2
 
@@ -107,12 +113,7 @@ def test_cordon_at_the_floor_never_takes_discovery_below_min_replicas_and_conver
 
 
 def test_cordon_with_no_room_elsewhere_keeps_the_workers_serving() -> None:
-    world = World(placement=["node-1"])
-    world.add_nodes("node-1")
-    world.add(mpijob(workers=2, elastic_policy=elastic(2, 4, grace=0)))
-    world.settle("pi")
-    world.start_launcher("pi")
-    world.settle("pi")
+    world = _serving_at_the_floor("node-1")
     old = sorted(world.worker_names("pi"))
 
     world.cordon("node-1")
@@ -126,12 +127,7 @@ def test_cordon_with_no_room_elsewhere_keeps_the_workers_serving() -> None:
 def test_a_condition_says_when_the_floor_cannot_be_held_and_when_it_holds_again() -> None:
     # Issue 8, rule 7 (the condition part): a termination taint at the floor removes the workers at once;
     # while their replacements cannot be placed, BelowMinReplicas is True, then False.
-    world = World(placement=["node-1"])
-    world.add_nodes("node-1", "node-2")
-    world.add(mpijob(workers=2, elastic_policy=elastic(2, 4, grace=0)))
-    world.settle("pi")
-    world.start_launcher("pi")
-    world.settle("pi")
+    world = _serving_at_the_floor("node-1", "node-2")
     assert cond(world.job("pi")["status"], "BelowMinReplicas") is None
 
     world.taint("node-1", SPOT_TAINT)

@@ -73,7 +73,7 @@ def test_invalid_edit_reported_once_then_no_writes() -> None:
     first = status_of(plan(snap(job, pods, **existing_children(job))))
     job["status"] = first
 
-    assert plan(snap(job, pods, **existing_children(job))) == []
+    assert list(plan(snap(job, pods, **existing_children(job)))) == []
 
 
 def test_never_started_invalid_job_still_fails_as_before() -> None:

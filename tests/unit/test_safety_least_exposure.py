@@ -21,7 +21,8 @@ from mpijob.api import constants as c
 from mpijob.executor.apply import Executor
 from mpijob.executor.client import ApiError
 from mpijob.planner.actions import Create, Emit, Patch, RequeueAfter
-from mpijob.planner.plan import SECRET_RETRY_SECONDS, plan
+from mpijob.planner.child_writes import SECRET_RETRY_SECONDS
+from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import resync, slim
 from mpijob.runtime.controller import Controller

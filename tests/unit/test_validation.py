@@ -103,7 +103,7 @@ def test_invalid_job_already_marked_failed_is_not_rewritten() -> None:
 
     again: list[Action] = plan(snap(job))
 
-    assert again == []
+    assert list(again) == []
 
 
 @pytest.mark.parametrize(

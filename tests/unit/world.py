@@ -1,16 +1,16 @@
 """A pure in-memory stand-in for the API server, the scheduler and the kubelet, for planner tests.
 
-It is a test double for the planner's *inputs*: it applies the planner's actions the way the API server would
-(create, JSON merge patch, delete; resourceVersion bumped on every write; 409 on a stale resourceVersion or a
-uid precondition that does not match; 404 on a missing object; pods get a deletionTimestamp and only go away
-when the test says so) and builds the next Snapshot from what it holds. Nothing here is asynchronous and
-nothing is random, so a test can run `plan()` to a fixed point and look at the result.
-
-Like the executor, `apply` runs actions in order and stops at the first failure.
+It is a test double for the planner's *inputs* and the executor's API server: the real `Executor.apply` runs
+the planner's actions against `WorldApi`, which answers the REST calls the way the API server would (create,
+JSON merge patch, delete; resourceVersion bumped on every write; 409 on a stale resourceVersion or a uid
+precondition that does not match; 404 on a missing object; pods get a deletionTimestamp and only go away when
+the test says so), and the world builds the next Snapshot from what it holds. Nothing here is random, so a
+test can run `plan()` to a fixed point and look at the result. Integration tests use a real API server.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 from collections.abc import Callable, Iterable, Sequence
@@ -19,6 +19,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from mpijob.api import constants as c
+from mpijob.executor import client
+from mpijob.executor.apply import Executor
+from mpijob.executor.resources import PLURALS
 from mpijob.planner.actions import Action, ConfirmAbsence, Create, Defer, Delete, Emit, Patch, RequeueAfter
 from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.plan import plan
@@ -32,9 +35,78 @@ _STATUS_SUBRESOURCE = {"MPIJob", "Pod", "Job"}
 
 class ApiError(Exception):
     def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(f"{code} {reason}: {message}")
+        super().__init__(code, reason, message)  # the args rebuild it (copy.deepcopy of a World)
         self.code = code
         self.reason = reason
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.reason}: {self.message}"
+
+
+# (plural, apiVersion) -> kind, for reading REST paths.
+_KINDS = {(plural, api_version): kind for (api_version, kind), plural in PLURALS.items()}
+
+
+def _parse_path(path: str) -> tuple[str, str | None, str | None]:
+    """(kind, name, subresource) of a REST path the executor builds (see executor/resources.py)."""
+    parts = path.strip("/").split("/")
+    if parts[:2] == ["api", "v1"]:
+        api_version, rest = "v1", parts[2:]
+    else:
+        api_version, rest = f"{parts[1]}/{parts[2]}", parts[3:]
+    if rest[0] == "nodes":
+        return "Node", rest[1], None
+    assert rest[0] == "namespaces", path
+    kind = _KINDS[(rest[2], api_version)]
+    name = rest[3] if len(rest) > 3 else None
+    sub = rest[4] if len(rest) > 4 else None
+    return kind, name, sub
+
+
+class WorldApi:
+    """The executor's client, answered by the world (the fake sits at the client boundary, in unit tests only).
+
+    Records every answer to a write, in order (None: done; an error: refused), so the world knows which of the
+    executor's writes went through."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.answers: list[ApiError | None] = []
+
+    def _answer(self, call: Callable[[], Obj]) -> Obj:
+        try:
+            result = call()
+        except ApiError as err:
+            self.answers.append(err)
+            raise client.ApiError(err.code, err.reason, err.message) from None
+        self.answers.append(None)
+        return copy.deepcopy(result)
+
+    async def get(self, path: str) -> Any:
+        kind, name, _ = _parse_path(path)
+        found = self.world.nodes.get(name or "") if kind == "Node" else self.world.get(kind, name or "")
+        if found is None:
+            raise client.ApiError(404, "NotFound", path)
+        return copy.deepcopy(found)
+
+    async def create(self, path: str, obj: Any) -> Any:
+        kind, _, _ = _parse_path(path)
+        if kind == "Event":
+            self.world.events.append(Emit(obj["type"], obj["reason"], obj["message"]))
+            return obj
+        return self._answer(lambda: self.world._create(obj))
+
+    async def merge_patch(self, path: str, patch: Any) -> Any:
+        kind, name, sub = _parse_path(path)
+        assert name is not None, path
+        return self._answer(lambda: self.world._patch(kind, name, patch, sub))
+
+    async def delete(self, path: str, options: Any = None) -> Any:
+        kind, name, _ = _parse_path(path)
+        assert name is not None, path
+        uid = ((options or {}).get("preconditions") or {}).get("uid")
+        return self._answer(lambda: self.world._delete(kind, name, uid))
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -162,7 +234,7 @@ class World:
 
     def discovered(self, job_name: str) -> list[str]:
         """Pod names in the job's discovery list (the first label of each host name)."""
-        return [host.split(".")[0] for host in listed_hosts(self.config_data(job_name))]
+        return [host.split(".")[0] for host in listed_hosts(self.config_data(job_name)) or []]
 
     def hostfile_hosts(self, job_name: str) -> list[str]:
         text = self.config_data(job_name)[c.HOSTFILE_KEY]
@@ -208,7 +280,7 @@ class World:
             if self.get("MPIJob", job_name) is None:
                 return done
             snapshot = replace(self.snapshot(job_name), absence_checks=dict(checks), created=dict(created))
-            actions = plan(snapshot)
+            actions = list(plan(snapshot))
             if self.observer is not None:
                 self.observer(snapshot, actions)
             deferred = [i for i, a in enumerate(actions) if isinstance(a, Defer)]
@@ -223,7 +295,7 @@ class World:
                     present = a.name in self.nodes if a.kind == "Node" else self.get(a.kind, a.name) is not None
                     checks[(a.kind, a.name)] = not present
                 continue
-            failed = self.apply(actions)
+            failed = self.apply(actions, snapshot.job)
             # Exclusive creates (the SSH Secret) report their outcome, remembered until the status has it; a
             # refused one is planned again at once with the answer, as the controller does.
             created.update(self.exclusive)
@@ -255,60 +327,37 @@ class World:
         raise AssertionError(f"no fixed point after {max_rounds} rounds; last plan: {self.plans[-1]}")
 
     # -- the API server --------------------------------------------------------------------------------
-    def apply(self, actions: Sequence[Action]) -> ApiError | None:
-        """Applies actions as the executor does: in order; a Create of an existing name or a Delete of a gone
-        (or replaced) object is a tolerated no-op whose Event is skipped; any other failure stops the batch.
-        Patches of the MPIJob with a resourceVersion build on the version the previous one produced."""
-        job_rv: str | None = None
-        skip_event = False
-        self.exclusive = {}
-        for action in actions:
-            if isinstance(action, Emit):
-                if not skip_event:
-                    self.events.append(action)
-                skip_event = False
-                continue
-            skip_event = False
-            if isinstance(action, Defer):
-                return None  # the executor stops here; the job is reconciled again
-            if isinstance(action, RequeueAfter | ConfirmAbsence):
-                continue
-            try:
-                if isinstance(action, Create) and action.exclusive:
-                    key = (action.obj["kind"], action.obj["metadata"]["name"])
-                    try:
-                        self._create(action)
-                    except ApiError as err:
-                        # Someone else's object: an answer, not a failure; nothing after it runs.
-                        self.exclusive[key] = None
-                        self.tolerated.append(err)
-                        return err
-                    self.exclusive[key] = self.objects[key]["metadata"]["uid"]
-                elif isinstance(action, Create):
-                    self._create(action)
-                elif isinstance(action, Patch):
-                    if action.kind == "MPIJob" and action.resource_version is not None and job_rv is not None:
-                        action = replace(action, resource_version=job_rv)
-                    self._patch(action)
-                    if action.kind == "MPIJob":
-                        job_rv = self.job(action.name)["metadata"]["resourceVersion"]
-                elif isinstance(action, Delete):
-                    self._delete(action)
-            except ApiError as err:
-                tolerated = (isinstance(action, Create) and err.code == 409) or (
-                    isinstance(action, Delete) and err.code in (404, 409)
-                )
-                if tolerated:
-                    self.tolerated.append(err)
-                    skip_event = True
-                    continue
-                self.errors.append(err)
-                return err
-            self.applied.append(action)
-        return None
+    def apply(self, actions: Sequence[Action], job: Obj | None = None) -> ApiError | None:
+        """Applies actions with the real executor (`Executor.apply`) against this world's API: in order; a
+        create of an existing name or a delete of a gone (or replaced) object is a tolerated no-op whose Events
+        are not posted; any other failure stops the batch, as does Defer. `job` is the MPIJob the plan was made
+        for (default: the one the actions write, or the world's only one). Returns the error that stopped the
+        batch (a refused exclusive create included), else None."""
+        api = WorldApi(self)
+        outcome = asyncio.run(Executor(api, post_events=True).apply(job or self._job_of(actions), actions))  # type: ignore[arg-type]
+        self.exclusive = dict(outcome.created)
+        writes = [a for a in actions[: outcome.applied + 1] if isinstance(a, Create | Patch | Delete)]
+        stopped = outcome.error is not None or outcome.conflict is not None
+        refused = None in outcome.created.values()
+        for index, (write, answer) in enumerate(zip(writes, api.answers, strict=False)):
+            if answer is None:
+                self.applied.append(write)
+            elif stopped and not refused and index == len(api.answers) - 1:
+                self.errors.append(answer)
+                return answer
+            else:
+                self.tolerated.append(answer)
+        return api.answers[-1] if refused else None
 
-    def _create(self, action: Create) -> None:
-        obj = copy.deepcopy(action.obj)
+    def _job_of(self, actions: Sequence[Action]) -> Obj:
+        names = [a.name for a in actions if isinstance(a, Patch | Delete) and a.kind == "MPIJob"]
+        jobs = [o for (kind, name), o in self.objects.items() if kind == "MPIJob" and (not names or name in names)]
+        if jobs:
+            return copy.deepcopy(jobs[0])
+        return {"metadata": {"name": "", "namespace": self.namespace}}
+
+    def _create(self, created: Obj) -> Obj:
+        obj = copy.deepcopy(created)
         m = obj["metadata"]
         key = (obj["kind"], m["name"])
         assert m.get("namespace") == self.namespace, f"created in namespace {m.get('namespace')}"
@@ -324,30 +373,32 @@ class World:
                 self._place += 1
         elif obj["kind"] == "Job":
             obj["status"] = {}
-        if action.generate_ssh_keys:
-            obj["data"] = {"ssh-privatekey": "cHJpdmF0ZQ==", "ssh-publickey": "cHVibGlj"}
         self.objects[key] = obj
+        return obj
 
-    def _patch(self, action: Patch) -> None:
-        key = (action.kind, action.name)
+    def _patch(self, kind: str, name: str, patch: Obj, subresource: str | None = None) -> Obj:
+        key = (kind, name)
         current = self.objects.get(key)
         if current is None:
             raise ApiError(404, "NotFound", f"{key} not found")
-        if action.resource_version is not None and action.resource_version != current["metadata"]["resourceVersion"]:
-            raise ApiError(409, "Conflict", f"{key}: resourceVersion {action.resource_version} is stale")
-        if action.subresource == "status":
+        # Optimistic concurrency: a resourceVersion in the patch must be the current one.
+        expected = (patch.get("metadata") or {}).get("resourceVersion")
+        if expected is not None and expected != current["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", f"{key}: resourceVersion {expected} is stale")
+        if subresource == "status":
             updated = copy.deepcopy(current)
-            updated["status"] = merge_patch(current.get("status") or {}, action.patch.get("status") or {})
+            updated["status"] = merge_patch(current.get("status") or {}, patch.get("status") or {})
         else:
-            assert action.subresource is None, action.subresource
-            body = dict(action.patch)
-            if action.kind in _STATUS_SUBRESOURCE:
+            assert subresource is None, subresource
+            body = dict(patch)
+            if kind in _STATUS_SUBRESOURCE:
                 body.pop("status", None)
             updated = merge_patch(current, body)
-            if action.kind == "MPIJob":
+            if kind == "MPIJob":
                 self._admit_mpijob(updated)
         updated["metadata"]["resourceVersion"] = self.next_rv()
         self.objects[key] = updated
+        return updated
 
     @staticmethod
     def _admit_mpijob(job: Obj) -> None:
@@ -360,14 +411,15 @@ class World:
         if replicas is None or replicas < low or (high is not None and replicas > high):
             raise ApiError(422, "Invalid", f"Worker replicas {replicas} outside [{low}, {high}]")
 
-    def _delete(self, action: Delete) -> None:
-        key = (action.kind, action.name)
+    def _delete(self, kind: str, name: str, uid: str | None) -> Obj:
+        key = (kind, name)
         current = self.objects.get(key)
         if current is None:
             raise ApiError(404, "NotFound", f"{key} not found")
-        if action.uid is not None and action.uid != current["metadata"]["uid"]:
+        if uid is not None and uid != current["metadata"]["uid"]:
             raise ApiError(409, "Conflict", f"{key}: uid precondition failed")
         self._remove(key)
+        return {"kind": "Status", "status": "Success"}
 
     def _remove(self, key: tuple[str, str]) -> None:
         obj = self.objects[key]

@@ -71,8 +71,8 @@ def _replicas_in_range(s: Spec) -> bool:
     return r >= _min(e) and (e.get("maxReplicas") is None or r <= int(e["maxReplicas"]))
 
 
-_W = "self.mpiReplicaSpecs['Worker']"
-_E = "self.elasticPolicy"
+_WORKER = "self.mpiReplicaSpecs['Worker']"
+_ELASTIC = "self.elasticPolicy"
 
 SPEC_RULES: tuple[Rule, ...] = (
     Rule(
@@ -95,7 +95,8 @@ SPEC_RULES: tuple[Rule, ...] = (
         lambda s: (la := _launcher(s)) is None or la.get("replicas") is None or la["replicas"] == 1,
     ),
     Rule(
-        f"has({_E}) || !('Worker' in self.mpiReplicaSpecs) || !has({_W}.replicas) || {_W}.replicas >= 1",
+        f"has({_ELASTIC}) || !('Worker' in self.mpiReplicaSpecs) || !has({_WORKER}.replicas) || "
+        f"{_WORKER}.replicas >= 1",
         "mpiReplicaSpecs.Worker.replicas must be greater than or equal to 1",
         ".mpiReplicaSpecs.Worker.replicas",
         lambda s: (
@@ -103,20 +104,21 @@ SPEC_RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        f"!has({_E}) || ('Worker' in self.mpiReplicaSpecs && has({_W}.replicas))",
+        f"!has({_ELASTIC}) || ('Worker' in self.mpiReplicaSpecs && has({_WORKER}.replicas))",
         "elasticPolicy needs mpiReplicaSpecs.Worker.replicas",
         ".mpiReplicaSpecs.Worker.replicas",
         lambda s: _elastic(s) is None or ((w := _worker(s)) is not None and w.get("replicas") is not None),
     ),
     Rule(
-        f"!has({_E}) || !has({_E}.maxReplicas) || {_E}.maxReplicas >= {_E}.minReplicas",
+        f"!has({_ELASTIC}) || !has({_ELASTIC}.maxReplicas) || {_ELASTIC}.maxReplicas >= {_ELASTIC}.minReplicas",
         "elasticPolicy.maxReplicas must be greater than or equal to elasticPolicy.minReplicas",
         ".elasticPolicy.maxReplicas",
         lambda s: (e := _elastic(s)) is None or e.get("maxReplicas") is None or int(e["maxReplicas"]) >= _min(e),
     ),
     Rule(
-        f"!has({_E}) || !('Worker' in self.mpiReplicaSpecs) || !has({_W}.replicas) || "
-        f"({_W}.replicas >= {_E}.minReplicas && (!has({_E}.maxReplicas) || {_W}.replicas <= {_E}.maxReplicas))",
+        f"!has({_ELASTIC}) || !('Worker' in self.mpiReplicaSpecs) || !has({_WORKER}.replicas) || "
+        f"({_WORKER}.replicas >= {_ELASTIC}.minReplicas && "
+        f"(!has({_ELASTIC}.maxReplicas) || {_WORKER}.replicas <= {_ELASTIC}.maxReplicas))",
         "mpiReplicaSpecs.Worker.replicas must lie in [elasticPolicy.minReplicas, elasticPolicy.maxReplicas]",
         ".mpiReplicaSpecs.Worker.replicas",
         _replicas_in_range,

@@ -193,7 +193,7 @@ async def _scale(args: argparse.Namespace) -> int:
 
 def discovery_from_config_map(config_map: dict[str, Any]) -> list[tuple[str, int]]:
     """The discovery list as the API holds it (what the launcher's discover_hosts.sh prints from the API)."""
-    return parse_discovery_output("\n".join(listed_lines(config_map.get("data") or {})))
+    return parse_discovery_output("\n".join(listed_lines(config_map.get("data") or {}) or []))
 
 
 def worker_rows(pods: list[dict[str, Any]], job: str) -> list[dict[str, Any]]:

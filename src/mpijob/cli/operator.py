@@ -14,6 +14,7 @@ from mpijob.api.models import MANAGED_BY_US
 from mpijob.api.reference import api_reference
 from mpijob.cli.kube import client as cli_client
 from mpijob.executor.client import ApiError
+from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime.operator import OperatorOptions
 from mpijob.runtime.operator import main as operator_main
 
@@ -110,23 +111,25 @@ def _operator(args: argparse.Namespace) -> int:
         OperatorOptions(
             kubeconfig=args.kubeconfig,
             namespaces=list(dict.fromkeys(args.namespaces)),
-            workers=args.workers,
+            reconcilers=args.workers,  # the flag keeps its name; it counts reconciles, not pods
             qps=args.kube_api_qps,
             burst=args.kube_api_burst,
             log_format=args.log_format,
             log_level=args.log_level.upper(),
-            cluster_domain=args.cluster_domain,
-            termination_taints=tuple(t.strip() for t in args.termination_taints.split(",") if t.strip()),
-            cordon_is_termination=not args.no_cordon_signal,
-            api_discovery=not args.no_api_discovery,
+            planner=OperatorConfig(
+                cluster_domain=args.cluster_domain,
+                termination_taints=tuple(t.strip() for t in args.termination_taints.split(",") if t.strip()),
+                cordon_is_termination=not args.no_cordon_signal,
+                api_discovery=not args.no_api_discovery,
+                gang_scheduler=args.gang_scheduling.strip(),
+                controller_name=args.controller_name,
+                claim_unmanaged=not args.ignore_unmanaged,
+            ),
             leader_elect=args.leader_elect,
             lock_namespace=args.lock_namespace,
             health_port=args.health_port,
             metrics_port=args.metrics_port,
             metrics_address=args.metrics_bind_address,
-            controller_name=args.controller_name,
-            claim_unmanaged=not args.ignore_unmanaged,
-            gang_scheduler=args.gang_scheduling.strip(),
             resync_period=args.resync_period,
         )
     )

@@ -1,15 +1,15 @@
 """Applies the planner's actions to the API server, in order, stopping at the first real failure.
 
 Tolerated outcomes keep the operator idempotent under a stale cache: creating an object that already
-exists, or deleting one that is gone (or was replaced: uid precondition), is a no-op, and then the Event
-announcing it is skipped. A 409 on a write with a resourceVersion precondition means the cache was stale:
-stop and let the reconcile run again on fresh data.
+exists, or deleting one that is gone (or was replaced: uid precondition), is a no-op, and then the Events
+the write carries (`announce`) are not posted. A 409 on a write with a resourceVersion precondition means the
+cache was stale: stop and let the reconcile run again on fresh data.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +19,7 @@ from mpijob.api.models import API_VERSION
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import collection_path, object_path
 from mpijob.executor.sshkeys import ssh_key_pair
-from mpijob.planner.actions import Action, ConfirmAbsence, Create, Defer, Delete, Emit, Patch, RequeueAfter
+from mpijob.planner.actions import Action, ConfirmAbsence, Create, Defer, Delete, Emit, Patch, RequeueAfter, Write
 from mpijob.planner.snapshot import format_time
 
 log = logging.getLogger("mpijob.executor")
@@ -65,6 +65,23 @@ class Outcome:
     created: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
 
+@dataclass
+class _Batch:
+    """One `Executor.apply`: where it writes, what it learned, and the Events it will post."""
+
+    namespace: str
+    job_name: str
+    # The MPIJob's resourceVersion that the next optimistic write to it must carry.
+    job_rv: Any
+    outcome: Outcome = field(default_factory=Outcome)
+    events: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+
+    def announce(self, *emits: Emit) -> None:
+        for emit in emits:
+            reason = _CREATE if emit.reason.startswith(_CREATE) else emit.reason
+            self.events.setdefault((emit.type, reason), []).append(emit.message)
+
+
 class Executor:
     def __init__(self, client: Client, *, post_events: bool = True) -> None:
         self.client = client
@@ -73,87 +90,95 @@ class Executor:
         # at the next write, not at the next job.
         self.fence: Callable[[], bool] | None = None
 
-    async def apply(self, job: dict[str, Any], actions: list[Action]) -> Outcome:
-        outcome = Outcome()
+    async def apply(self, job: dict[str, Any], actions: Sequence[Action]) -> Outcome:
+        meta = job.get("metadata") or {}
+        batch = _Batch(str(meta.get("namespace")), str(meta.get("name")), meta.get("resourceVersion"))
+        await self._apply(batch, actions)
         # Events of one reason in one batch become one Event, and so do all create announcements ("Created
         # Service j; Created Pod j-worker-0, j-worker-1, ...") rather than one per object: a new 8-worker job
         # costs 2 Event writes instead of 13, out of the same client QPS budget (and the API server's CPU).
-        events: dict[tuple[str, str], list[str]] = {}
-        await self._apply(job, actions, outcome, events)
-        for (type_, reason), messages in events.items():
+        for (type_, reason), messages in batch.events.items():
             await self._event(job, Emit(type_, reason, _join(messages)))
-        return outcome
+        return batch.outcome
 
-    async def _apply(
-        self, job: dict[str, Any], actions: list[Action], outcome: Outcome, events: dict[tuple[str, str], list[str]]
-    ) -> None:
-        meta = job.get("metadata") or {}
-        namespace = str(meta.get("namespace"))
-        job_name = str(meta.get("name"))
-        job_rv = meta.get("resourceVersion")
-        skip_next_event = False
+    async def _apply(self, batch: _Batch, actions: Sequence[Action]) -> None:
+        """In order, stopping at Defer, at a lost lease, at a name taken by someone else, or at a failure."""
+        outcome = batch.outcome
         for outcome.applied, action in enumerate(actions):
             try:
-                if isinstance(action, Emit):
-                    if not skip_next_event:
-                        reason = _CREATE if action.reason.startswith(_CREATE) else action.reason
-                        events.setdefault((action.type, reason), []).append(action.message)
-                    skip_next_event = False
-                    continue
-                skip_next_event = False
-                if isinstance(action, Defer):
-                    outcome.deferred = True
+                if await self._step(batch, action):
                     return
-                if isinstance(action, Create | Patch | Delete) and self.fence is not None and not self.fence():
-                    outcome.conflict = "not the leader any more; stopping before the next write"
-                    return
-                if isinstance(action, RequeueAfter):
-                    outcome.requeue_after = action.seconds
-                elif isinstance(action, ConfirmAbsence):
-                    outcome.absence_checks[(action.kind, action.name)] = await self._absent(namespace, action)
-                elif isinstance(action, Create) and action.exclusive:
-                    key = (str(action.obj["kind"]), str(action.obj["metadata"]["name"]))
-                    outcome.created[key] = uid = await self._create_exclusive(namespace, action)
-                    if uid is None:
-                        # Someone else's object holds the name: nothing after this may run (fail closed).
-                        outcome.conflict = f"{key[0]} {key[1]}: AlreadyExists"
-                        return
-                    outcome.writes += 1
-                elif isinstance(action, Create):
-                    skip_next_event = not await self._create(namespace, action)
-                    outcome.writes += 0 if skip_next_event else 1
-                    if not skip_next_event and action.obj["kind"] == "Pod":
-                        outcome.created_pods.append(action.obj["metadata"]["name"])
-                elif isinstance(action, Patch):
-                    is_job = action.kind == "MPIJob" and action.name == job_name
-                    result = await self._patch(namespace, action, job_rv if is_job else None)
-                    outcome.writes += 1
-                    if action.kind == "ConfigMap" and isinstance(result, dict):
-                        outcome.config_map_resource_version = (result.get("metadata") or {}).get("resourceVersion")
-                    if is_job and isinstance(result, dict):
-                        # Later writes to the job in this batch build on the version we just made.
-                        job_rv = (result.get("metadata") or {}).get("resourceVersion", job_rv)
-                        outcome.job_resource_version = job_rv
-                elif isinstance(action, Delete):
-                    skip_next_event = not await self._delete(namespace, action)
-                    outcome.writes += 0 if skip_next_event else 1
             except ApiError as err:
-                if err.status == 403 and "being terminated" in err.body:
-                    # The namespace is going away, and the job with it: nothing left to do.
-                    log.debug("%s/%s: namespace terminating; stopping", namespace, job_name)
-                    events.clear()
-                    return
-                # 409: stale cache; 404: the object went away. Both resolve with fresh data. Anything else
-                # (422 from validation, 403, 5xx) is an error and backs off.
-                if err.status in (409, 404) and isinstance(action, Patch):
-                    outcome.conflict = f"{action.kind} {action.name}: {err.status} {err.reason}"
-                    if err.status == 404:
-                        outcome.gone = (action.kind, action.name)
-                else:
-                    outcome.error = err
-                log.info("stopping %s/%s after %s: %s", namespace, job_name, type(action).__name__, err)
+                self._stop(batch, action, err)
                 return
         outcome.applied = len(actions)
+
+    async def _step(self, batch: _Batch, action: Action) -> bool:
+        """Applies one action; True when the batch stops here."""
+        outcome = batch.outcome
+        if isinstance(action, Emit):
+            batch.announce(action)
+        elif isinstance(action, Defer):
+            outcome.deferred = True
+            return True
+        elif isinstance(action, RequeueAfter):
+            outcome.requeue_after = action.seconds
+        elif isinstance(action, ConfirmAbsence):
+            outcome.absence_checks[(action.kind, action.name)] = await self._absent(batch.namespace, action)
+        elif self.fence is not None and not self.fence():
+            outcome.conflict = "not the leader any more; stopping before the next write"
+            return True
+        else:
+            return await self._write(batch, action)
+        return False
+
+    async def _write(self, batch: _Batch, action: Write) -> bool:
+        """A create, patch or delete; its Events are announced only when it really happened. True when the
+        batch stops here (an exclusive create found the name taken)."""
+        outcome = batch.outcome
+        if isinstance(action, Create) and action.exclusive:
+            key = (str(action.obj["kind"]), str(action.obj["metadata"]["name"]))
+            outcome.created[key] = uid = await self._create_exclusive(batch.namespace, action)
+            if uid is None:
+                # Someone else's object holds the name: nothing after this may run (fail closed).
+                outcome.conflict = f"{key[0]} {key[1]}: AlreadyExists"
+                return True
+        elif isinstance(action, Create):
+            if not await self._create(batch.namespace, action):
+                return False
+            if action.obj["kind"] == "Pod":
+                outcome.created_pods.append(action.obj["metadata"]["name"])
+        elif isinstance(action, Patch):
+            is_job = action.kind == "MPIJob" and action.name == batch.job_name
+            result = await self._patch(batch.namespace, action, batch.job_rv if is_job else None)
+            version = (result.get("metadata") or {}).get("resourceVersion") if isinstance(result, dict) else None
+            if action.kind == "ConfigMap" and isinstance(result, dict):
+                outcome.config_map_resource_version = version
+            if is_job and isinstance(result, dict):
+                # Later writes to the job in this batch build on the version we just made.
+                batch.job_rv = outcome.job_resource_version = version or batch.job_rv
+        elif not await self._delete(batch.namespace, action):
+            return False
+        outcome.writes += 1
+        batch.announce(*action.announce)
+        return False
+
+    def _stop(self, batch: _Batch, action: Action, err: ApiError) -> None:
+        outcome = batch.outcome
+        if err.status == 403 and "being terminated" in err.body:
+            # The namespace is going away, and the job with it: nothing left to do.
+            log.debug("%s/%s: namespace terminating; stopping", batch.namespace, batch.job_name)
+            batch.events.clear()
+            return
+        # 409: stale cache; 404: the object went away. Both resolve with fresh data. Anything else
+        # (422 from validation, 403, 5xx) is an error and backs off.
+        if err.status in (409, 404) and isinstance(action, Patch):
+            outcome.conflict = f"{action.kind} {action.name}: {err.status} {err.reason}"
+            if err.status == 404:
+                outcome.gone = (action.kind, action.name)
+        else:
+            outcome.error = err
+        log.info("stopping %s/%s after %s: %s", batch.namespace, batch.job_name, type(action).__name__, err)
 
     async def _absent(self, namespace: str, action: ConfirmAbsence) -> bool:
         """A live GET: True when the API server says 404."""

@@ -1,12 +1,27 @@
 """What the planner asks the executor to do. Plain data; the executor applies them in order and stops at
-the first failure, so the planner orders them to be safe at every prefix (record first, then act)."""
+the first failure, so the planner orders them to be safe at every prefix (record first, then act).
+
+The order is defined once, in `Plan.PHASES`. Each write carries the Events that announce it (`announce`):
+the executor posts them only when the write really happened (not for a create that found the object there,
+nor a delete that found it gone).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, fields
+from typing import ClassVar, overload
 
-Obj = dict[str, Any]
+from mpijob.api.objects import Obj
+
+
+@dataclass(frozen=True)
+class Emit:
+    """A Kubernetes Event on the MPIJob."""
+
+    type: str  # Normal | Warning
+    reason: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -19,6 +34,7 @@ class Create:
     # (the created object's uid, or None for AlreadyExists) in `Outcome.created`, for the next plan. Used
     # for the SSH Secret, which the operator cannot read back (no get/list/watch of Secrets).
     exclusive: bool = False
+    announce: tuple[Emit, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -31,6 +47,7 @@ class Patch:
     patch: Obj
     resource_version: str | None = None
     subresource: str | None = None
+    announce: tuple[Emit, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -41,15 +58,7 @@ class Delete:
     # Precondition: only delete this very object (never a newer one with the same name).
     uid: str | None = None
     propagation: str | None = None
-
-
-@dataclass(frozen=True)
-class Emit:
-    """A Kubernetes Event on the MPIJob."""
-
-    type: str  # Normal | Warning
-    reason: str
-    message: str
+    announce: tuple[Emit, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -75,3 +84,90 @@ class ConfirmAbsence:
 
 
 Action = Create | Patch | Delete | Emit | RequeueAfter | ConfirmAbsence | Defer
+Write = Create | Patch | Delete
+
+
+@dataclass(frozen=True)
+class Plan(Sequence[Action]):
+    """One reconcile's decisions, by phase. Iterating it gives the actions in the one safe order (`PHASES`):
+    every decision is recorded in the API before it is acted on, so a crash (or a 409) after any prefix leaves
+    a state from which the next plan continues the same way.
+
+    - leave_discovery: writes that take workers out of what the launcher reads (the ConfigMap's list, or the
+      launcher pods' annotation); the launcher must see them first (a node may have seconds left). When other
+      writes follow, a Defer comes after them: every affected job's list changes before any job's other writes.
+    - record: the MPIJob spec patch (workersToDelete, Worker replicas) that records node-termination and
+      lost-worker decisions.
+    - mark: the leaving annotations on the workers that leave.
+    - discovery: the ConfigMap (hostfile, script, list) and launcher nudges that add hosts or change nothing
+      a launcher could act on wrongly.
+    - announce: Events of the decisions above that are not one write's (NodeTerminating, WorkersLeaving, ...).
+    - children: the job's other objects (Service, PDB, PodGroup, discovery RBAC, launcher Job changes).
+    - secret: the SSH Secret's exclusive create, right before the status (see `child_writes.ensure_secret`).
+    - status: the status write (its Events are announced with it).
+    - delete: pods that go; after the status, which records why (leavingWorkers, discoveredHosts).
+    - create: new workers and the launcher; after the status, which records lastWorkerIndex.
+    - finish: the job's own deletion (ttlSecondsAfterFinished), after its final status.
+    - requeue_after: when to plan again at the latest (a grace period or backoff ending).
+    - confirm: live reads needed before deciding; a plan that asks for them writes nothing.
+    """
+
+    PHASES: ClassVar[tuple[str, ...]] = (
+        "leave_discovery",
+        "record",
+        "mark",
+        "discovery",
+        "announce",
+        "children",
+        "secret",
+        "status",
+        "delete",
+        "create",
+        "finish",
+    )
+
+    leave_discovery: tuple[Write, ...] = ()
+    record: tuple[Patch, ...] = ()
+    mark: tuple[Patch, ...] = ()
+    discovery: tuple[Write, ...] = ()
+    announce: tuple[Emit, ...] = ()
+    children: tuple[Write, ...] = ()
+    secret: tuple[Create, ...] = ()
+    status: tuple[Patch, ...] = ()
+    delete: tuple[Delete, ...] = ()
+    create: tuple[Create, ...] = ()
+    finish: tuple[Delete, ...] = ()
+    requeue_after: float | None = None
+    confirm: tuple[ConfirmAbsence, ...] = ()
+    ordered: tuple[Action, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        rest: list[Action] = [action for phase in self.PHASES[1:] for action in getattr(self, phase)]
+        urgent: list[Action] = list(self.leave_discovery)
+        if urgent and any(isinstance(action, Create | Patch | Delete) for action in rest):
+            urgent.append(Defer())
+        if self.requeue_after is not None:
+            rest.append(RequeueAfter(max(0.0, self.requeue_after)))
+        object.__setattr__(self, "ordered", (*self.confirm, *urgent, *rest))
+
+    def phases(self) -> Iterator[tuple[str, tuple[Action, ...]]]:
+        """(phase name, its actions) in order, for tests and logs."""
+        for item in fields(self):
+            if item.name in self.PHASES:
+                yield item.name, getattr(self, item.name)
+
+    def writes(self) -> list[Write]:
+        return [action for action in self.ordered if isinstance(action, Create | Patch | Delete)]
+
+    @overload
+    def __getitem__(self, index: int) -> Action: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Action]: ...
+    def __getitem__(self, index: int | slice) -> Action | Sequence[Action]:
+        return self.ordered[index]
+
+    def __len__(self) -> int:
+        return len(self.ordered)
+
+
+NOTHING = Plan()

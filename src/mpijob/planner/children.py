@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from mpijob.api import constants as c
+from mpijob.api import constants
 from mpijob.api.models import API_VERSION, KIND, MPIImplementation, MPIJobSpec, RestartPolicy
 from mpijob.planner.hostfile import host_fqdn
 from mpijob.planner.snapshot import Obj, meta, name_of, uid_of
@@ -23,14 +23,14 @@ def owner_reference(job: Obj) -> Obj:
 
 
 def default_labels(job_name: str, role: str | None = None) -> dict[str, str]:
-    labels = {c.LABEL_OPERATOR_NAME: c.OPERATOR_NAME, c.LABEL_JOB_NAME: job_name}
+    labels = {constants.LABEL_OPERATOR_NAME: constants.OPERATOR_NAME, constants.LABEL_JOB_NAME: job_name}
     if role:
-        labels[c.LABEL_JOB_ROLE] = role
+        labels[constants.LABEL_JOB_ROLE] = role
     return labels
 
 
 def worker_selector(job_name: str) -> str:
-    return f"{c.LABEL_JOB_NAME}={job_name},{c.LABEL_JOB_ROLE}={c.ROLE_WORKER}"
+    return f"{constants.LABEL_JOB_NAME}={job_name},{constants.LABEL_JOB_ROLE}={constants.ROLE_WORKER}"
 
 
 def _metadata(job: Obj, name: str, labels: dict[str, str]) -> Obj:
@@ -61,7 +61,7 @@ def config_map(job: Obj, data: dict[str, str]) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(job, c.config_map_name(name), default_labels(name)),
+        "metadata": _metadata(job, constants.config_map_name(name), default_labels(name)),
         "data": data,
     }
 
@@ -73,7 +73,7 @@ def ssh_secret(job: Obj) -> Obj:
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "kubernetes.io/ssh-auth",
-        "metadata": _metadata(job, c.secret_name(name), default_labels(name)),
+        "metadata": _metadata(job, constants.secret_name(name), default_labels(name)),
     }
 
 
@@ -82,10 +82,10 @@ def pdb(job: Obj, min_available: int) -> Obj:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": _metadata(job, c.pdb_name(name), default_labels(name)),
+        "metadata": _metadata(job, constants.pdb_name(name), default_labels(name)),
         "spec": {
             "minAvailable": min_available,
-            "selector": {"matchLabels": default_labels(name, c.ROLE_WORKER)},
+            "selector": {"matchLabels": default_labels(name, constants.ROLE_WORKER)},
         },
     }
 
@@ -100,7 +100,7 @@ def _ssh_volume(job_name: str, mount_path: str) -> tuple[Obj, Obj]:
     volume = {
         "name": "ssh-auth",
         "secret": {
-            "secretName": c.secret_name(job_name),
+            "secretName": constants.secret_name(job_name),
             "defaultMode": PRIVATE_KEY_MODE,
             "items": [
                 {"key": "ssh-privatekey", "path": "id_rsa", "mode": PRIVATE_KEY_MODE},
@@ -113,7 +113,7 @@ def _ssh_volume(job_name: str, mount_path: str) -> tuple[Obj, Obj]:
 
 
 def _implementation_env(spec: MPIJobSpec) -> list[Obj]:
-    hostfile = f"{c.CONFIG_MOUNT_PATH}/{c.HOSTFILE_KEY}"
+    hostfile = f"{constants.CONFIG_MOUNT_PATH}/{constants.HOSTFILE_KEY}"
     ssh_args = "-o ConnectionAttempts=10"
     impl = spec.mpi_implementation
     if impl is MPIImplementation.OPENMPI:
@@ -153,7 +153,7 @@ def _template_parts(template: dict[str, Any]) -> tuple[Obj, Obj]:
 def user_annotations(annotations: dict[str, Any]) -> dict[str, Any]:
     """A template's annotations without the operator's own keys (`mpijob.kubeflow.org/*`): they are the
     operator's bookkeeping (a worker born with `leaving-since` would be deleted as soon as it started)."""
-    return {k: v for k, v in annotations.items() if not str(k).startswith(c.ANNOTATION_PREFIX)}
+    return {k: v for k, v in annotations.items() if not str(k).startswith(constants.ANNOTATION_PREFIX)}
 
 
 def user_service_account(spec: MPIJobSpec) -> str | None:
@@ -170,10 +170,10 @@ def launcher_job(job: Obj, spec: MPIJobSpec, *, discovery_account: str | None = 
     name = name_of(job)
     run_policy = spec.run_policy
     tmeta, pod_spec = _template_parts(spec.launcher.template)
-    labels = {**(tmeta.get("labels") or {}), **default_labels(name, c.ROLE_LAUNCHER)}
+    labels = {**(tmeta.get("labels") or {}), **default_labels(name, constants.ROLE_LAUNCHER)}
     if spec.run_launcher_as_worker:
-        labels[c.LABEL_REPLICA_INDEX] = "0"
-    pod_spec["hostname"] = c.launcher_name(name)
+        labels[constants.LABEL_REPLICA_INDEX] = "0"
+    pod_spec["hostname"] = constants.launcher_name(name)
     pod_spec["subdomain"] = name
     pod_spec["restartPolicy"] = (spec.launcher.restart_policy or RestartPolicy.ON_FAILURE).value
     if discovery_account and not user_service_account(spec):
@@ -182,16 +182,16 @@ def launcher_job(job: Obj, spec: MPIJobSpec, *, discovery_account: str | None = 
     config_volume = {
         "name": "mpi-job-config",
         "configMap": {
-            "name": c.config_map_name(name),
+            "name": constants.config_map_name(name),
             "items": [
-                {"key": c.HOSTFILE_KEY, "path": c.HOSTFILE_KEY, "mode": 0o444},
-                {"key": c.DISCOVER_HOSTS_KEY, "path": c.DISCOVER_HOSTS_KEY, "mode": 0o555},
-                {"key": c.DISCOVERED_HOSTS_KEY, "path": c.DISCOVERED_HOSTS_KEY, "mode": 0o444},
+                {"key": constants.HOSTFILE_KEY, "path": constants.HOSTFILE_KEY, "mode": 0o444},
+                {"key": constants.DISCOVER_HOSTS_KEY, "path": constants.DISCOVER_HOSTS_KEY, "mode": 0o555},
+                {"key": constants.DISCOVERED_HOSTS_KEY, "path": constants.DISCOVERED_HOSTS_KEY, "mode": 0o444},
             ],
         },
     }
     volumes = [ssh_volume, config_volume]
-    mounts = [ssh_mount, {"name": "mpi-job-config", "mountPath": c.CONFIG_MOUNT_PATH}]
+    mounts = [ssh_mount, {"name": "mpi-job-config", "mountPath": constants.CONFIG_MOUNT_PATH}]
     if spec.elastic_policy is not None:
         volumes.append(
             {
@@ -199,17 +199,19 @@ def launcher_job(job: Obj, spec: MPIJobSpec, *, discovery_account: str | None = 
                 "downwardAPI": {
                     "items": [
                         {
-                            "path": c.DISCOVERY_FILE,
-                            "fieldRef": {"fieldPath": f"metadata.annotations['{c.ANNOTATION_DISCOVERED_HOSTS}']"},
+                            "path": constants.DISCOVERY_FILE,
+                            "fieldRef": {
+                                "fieldPath": f"metadata.annotations['{constants.ANNOTATION_DISCOVERED_HOSTS}']"
+                            },
                             "mode": 0o444,
                         }
                     ]
                 },
             }
         )
-        mounts.append({"name": "mpi-job-discovery", "mountPath": c.DISCOVERY_MOUNT_PATH, "readOnly": True})
+        mounts.append({"name": "mpi-job-discovery", "mountPath": constants.DISCOVERY_MOUNT_PATH, "readOnly": True})
     pod_spec["volumes"] = list(pod_spec.get("volumes") or []) + volumes
-    env = [{"name": "K_MPI_JOB_ROLE", "value": c.ROLE_LAUNCHER}, *_implementation_env(spec)]
+    env = [{"name": "K_MPI_JOB_ROLE", "value": constants.ROLE_LAUNCHER}, *_implementation_env(spec)]
     for container in pod_spec.get("containers") or []:
         _add_env(container, env)
         container["volumeMounts"] = list(container.get("volumeMounts") or []) + mounts
@@ -227,18 +229,20 @@ def launcher_job(job: Obj, spec: MPIJobSpec, *, discovery_account: str | None = 
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _metadata(job, c.launcher_name(name), default_labels(name, c.ROLE_LAUNCHER)),
+        "metadata": _metadata(job, constants.launcher_name(name), default_labels(name, constants.ROLE_LAUNCHER)),
         "spec": job_spec,
     }
 
 
-def discovery_service_account(job: Obj) -> Obj:
+def _discovery_access_object(job: Obj, api_version: str, kind: str, **fields: object) -> Obj:
+    """One of the launcher's discovery access objects (ServiceAccount, Role, RoleBinding): one name for all."""
     name = name_of(job)
-    return {
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": _metadata(job, c.discovery_rbac_name(name), default_labels(name, c.ROLE_LAUNCHER)),
-    }
+    metadata = _metadata(job, constants.discovery_rbac_name(name), default_labels(name, constants.ROLE_LAUNCHER))
+    return {"apiVersion": api_version, "kind": kind, "metadata": metadata, **fields}
+
+
+def discovery_service_account(job: Obj) -> Obj:
+    return _discovery_access_object(job, "v1", "ServiceAccount")
 
 
 def discovery_rules(job: Obj) -> list[Obj]:
@@ -247,20 +251,14 @@ def discovery_rules(job: Obj) -> list[Obj]:
         {
             "apiGroups": [""],
             "resources": ["configmaps"],
-            "resourceNames": [c.config_map_name(name_of(job))],
+            "resourceNames": [constants.config_map_name(name_of(job))],
             "verbs": ["get"],
         }
     ]
 
 
 def discovery_role(job: Obj) -> Obj:
-    name = name_of(job)
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": _metadata(job, c.discovery_rbac_name(name), default_labels(name, c.ROLE_LAUNCHER)),
-        "rules": discovery_rules(job),
-    }
+    return _discovery_access_object(job, "rbac.authorization.k8s.io/v1", "Role", rules=discovery_rules(job))
 
 
 def discovery_subjects(job: Obj, account: str) -> list[Obj]:
@@ -268,14 +266,14 @@ def discovery_subjects(job: Obj, account: str) -> list[Obj]:
 
 
 def discovery_role_binding(job: Obj, account: str) -> Obj:
-    name = name_of(job)
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": _metadata(job, c.discovery_rbac_name(name), default_labels(name, c.ROLE_LAUNCHER)),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": c.discovery_rbac_name(name)},
-        "subjects": discovery_subjects(job, account),
+    role = {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": constants.discovery_rbac_name(name_of(job)),
     }
+    return _discovery_access_object(
+        job, "rbac.authorization.k8s.io/v1", "RoleBinding", roleRef=role, subjects=discovery_subjects(job, account)
+    )
 
 
 def launcher_scheduling_directives(spec: MPIJobSpec) -> Obj:
@@ -293,12 +291,12 @@ def launcher_scheduling_directives(spec: MPIJobSpec) -> Obj:
 def worker_pod(job: Obj, spec: MPIJobSpec, index: int, cluster_domain: str) -> Obj:
     name = name_of(job)
     namespace = str(meta(job).get("namespace"))
-    pod_name = c.worker_name(name, index)
+    pod_name = constants.worker_name(name, index)
     worker_spec = spec.worker
     tmeta, pod_spec = _template_parts(worker_spec.template if worker_spec else {})
-    labels = {**(tmeta.get("labels") or {}), **default_labels(name, c.ROLE_WORKER)}
+    labels = {**(tmeta.get("labels") or {}), **default_labels(name, constants.ROLE_WORKER)}
     # The reference numbers the launcher 0 when it runs as a worker, so worker i carries label i+1.
-    labels[c.LABEL_REPLICA_INDEX] = str(index + 1 if spec.run_launcher_as_worker else index)
+    labels[constants.LABEL_REPLICA_INDEX] = str(index + 1 if spec.run_launcher_as_worker else index)
     pod_spec["hostname"] = pod_name
     pod_spec["subdomain"] = name
     restart = worker_spec.restart_policy if worker_spec and worker_spec.restart_policy else RestartPolicy.NEVER
@@ -315,7 +313,7 @@ def worker_pod(job: Obj, spec: MPIJobSpec, index: int, cluster_domain: str) -> O
     if containers and not containers[0].get("command") and not containers[0].get("args"):
         containers[0]["command"] = ["/usr/sbin/sshd", "-De"]
     for container in containers:
-        _add_env(container, [{"name": "K_MPI_JOB_ROLE", "value": c.ROLE_WORKER}])
+        _add_env(container, [{"name": "K_MPI_JOB_ROLE", "value": constants.ROLE_WORKER}])
         container["volumeMounts"] = list(container.get("volumeMounts") or []) + [ssh_mount]
     metadata = _metadata(job, pod_name, labels)
     if tmeta.get("annotations"):

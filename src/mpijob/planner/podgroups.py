@@ -22,7 +22,7 @@ from typing import Any
 
 from mpijob.api.models import MPIJobSpec
 from mpijob.planner import children
-from mpijob.planner.actions import Action, Create, Delete, Patch
+from mpijob.planner.actions import Create, Delete, Patch, Write
 from mpijob.planner.snapshot import Obj, meta, name_of, uid_of
 
 VOLCANO = "volcano"
@@ -248,7 +248,7 @@ def group_annotations(job_name: str, gang_scheduler: str) -> dict[str, str]:
 
 def plan_pod_group(
     job: Obj, spec: MPIJobSpec, current: Obj | None, gang_scheduler: str, *, wanted: bool
-) -> tuple[list[Action], bool]:
+) -> tuple[list[Write], bool]:
     """Actions that bring the job's PodGroup to what it should be, and whether the name is held by an object
     this job does not own (a conflict: left untouched, reported by the caller). No write when it matches."""
     if not gang_scheduler:

@@ -9,13 +9,49 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
 from mpijob.api.models import MANAGED_BY_US
-from mpijob.planner.status import get_condition, is_true
+from mpijob.api.objects import (
+    Obj,
+    annotations_of,
+    condition,
+    condition_true,
+    controller_uid,
+    format_time,
+    is_owned_by,
+    is_terminating,
+    labels_of,
+    meta,
+    name_of,
+    parse_time,
+    pod_node,
+    pod_phase,
+    pod_ready,
+    uid_of,
+)
 
-Obj = dict[str, Any]
+# The accessors live in api/objects.py; re-exported for callers that import them from here.
+__all__ = [
+    "Obj",
+    "OperatorConfig",
+    "Snapshot",
+    "annotations_of",
+    "condition",
+    "condition_true",
+    "controller_uid",
+    "format_time",
+    "is_owned_by",
+    "is_terminating",
+    "labels_of",
+    "meta",
+    "name_of",
+    "parse_time",
+    "pod_node",
+    "pod_phase",
+    "pod_ready",
+    "uid_of",
+]
 
 
 @dataclass(frozen=True)
@@ -76,86 +112,3 @@ class Snapshot:
 
     def confirmed_absent(self, kind: str, name: str) -> bool:
         return self.absence_checks.get((kind, name)) is True
-
-
-def meta(obj: Obj) -> Obj:
-    value: Obj = obj.get("metadata") or {}
-    return value
-
-
-def name_of(obj: Obj) -> str:
-    return str(meta(obj).get("name", ""))
-
-
-def uid_of(obj: Obj) -> str:
-    return str(meta(obj).get("uid", ""))
-
-
-def labels_of(obj: Obj) -> dict[str, str]:
-    return dict(meta(obj).get("labels") or {})
-
-
-def annotations_of(obj: Obj) -> dict[str, str]:
-    return dict(meta(obj).get("annotations") or {})
-
-
-def controller_uid(obj: Obj) -> str | None:
-    for ref in meta(obj).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return str(ref.get("uid"))
-    return None
-
-
-def is_owned_by(obj: Obj, owner: Obj) -> bool:
-    """`owner` is `obj`'s controller. Owner references are namespace-local: one across namespaces (a uid
-    copied into another namespace's object) is ignored."""
-    ns = meta(obj).get("namespace")
-    return controller_uid(obj) == uid_of(owner) and (ns is None or ns == meta(owner).get("namespace"))
-
-
-def is_terminating(obj: Obj) -> bool:
-    return meta(obj).get("deletionTimestamp") is not None
-
-
-def parse_time(value: str | None) -> datetime | None:
-    """An RFC 3339 time, or None for anything else: annotations and status fields can be edited by hand,
-    and a bad one must not wedge the job. Naive times (comparing them with an aware `now` raises) and
-    years outside 1970..9000 (adding a grace period would overflow) count as bad."""
-    if not value or not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None or parsed.utcoffset() is None or not 1970 <= parsed.year <= 9000:
-        return None
-    return parsed
-
-
-def format_time(value: datetime) -> str:
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def pod_phase(pod: Obj) -> str:
-    return str((pod.get("status") or {}).get("phase") or "Pending")
-
-
-def pod_node(pod: Obj) -> str | None:
-    node = (pod.get("spec") or {}).get("nodeName")
-    return str(node) if node else None
-
-
-def pod_ready(pod: Obj) -> bool:
-    for cond in (pod.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == "Ready":
-            return bool(cond.get("status") == "True")
-    return False
-
-
-def condition(obj: Obj, kind: str) -> Obj | None:
-    """A condition of any object's status (MPIJob, batch Job, Pod)."""
-    return get_condition(obj.get("status") or {}, kind)
-
-
-def condition_true(obj: Obj, kind: str) -> bool:
-    return is_true(obj.get("status") or {}, kind)

@@ -1,8 +1,16 @@
-"""Status conditions, the way the reference operator keeps them (one entry per type)."""
+"""The job's status as the typed model: the last one read strictly (`read_status_fields`), the new one built on
+the model and dumped back (`dump_status`), and conditions the way the reference operator keeps them (one
+entry per type)."""
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
 from typing import Any
+
+from pydantic import ValidationError
+
+from mpijob.api.models import JobCondition, JobStatus
 
 CREATED = "Created"
 RUNNING = "Running"
@@ -17,55 +25,100 @@ BELOW_MIN_REPLICAS = "BelowMinReplicas"
 # Ours: an edit made a started job's spec invalid; it is left as it was until the spec is fixed.
 INVALID_SPEC = "InvalidSpec"
 
-Status = dict[str, Any]
+__all__ = [
+    "StatusRead",
+    "dump_status",
+    "get_condition",
+    "is_finished",
+    "is_true",
+    "read_status",
+    "read_status_fields",
+    "set_condition",
+    "state",
+]
+
+# Lists of worker names: a stray non-string entry is dropped, not the whole list.
+_NAME_LISTS = ("leavingWorkers", "discoveredHosts")
 
 
-def get_condition(status: Status, kind: str) -> dict[str, Any] | None:
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == kind:
-            found: dict[str, Any] = cond
-            return found
-    return None
+@dataclass(frozen=True)
+class StatusRead:
+    """The last status, typed, and the keys that were present but did not fit the model (read as absent
+    in `status`): a rule that treats "written but unreadable" differently from "never written" asks here."""
+
+    status: JobStatus
+    invalid: frozenset[str] = frozenset()
 
 
-def is_true(status: Status, kind: str) -> bool:
+def read_status_fields(raw: object) -> StatusRead:
+    """The last status written, typed: how the planner reads what earlier reconciles recorded. Read field by
+    field, strictly (an integer is an integer, not "2" or true): a value that does not fit the model (a hand
+    edit, a status writer's typo) reads as absent and never fails the plan. Keys the model does not know are
+    kept as they are."""
+    if not isinstance(raw, dict):
+        return StatusRead(JobStatus())
+    known = {info.alias or name for name, info in JobStatus.model_fields.items()}
+    fields: dict[str, Any] = {key: copy.deepcopy(value) for key, value in raw.items() if key not in known}
+    invalid: set[str] = set()
+    for key in known & raw.keys():
+        value = raw[key]
+        if key in _NAME_LISTS and isinstance(value, list):
+            value = [item for item in value if isinstance(item, str)]
+        try:
+            JobStatus.model_validate({key: value}, strict=True)
+        except ValidationError:
+            invalid.add(key)
+            continue
+        fields[key] = copy.deepcopy(value)
+    return StatusRead(JobStatus.model_validate(fields, strict=True), frozenset(invalid))
+
+
+def read_status(raw: object) -> JobStatus:
+    return read_status_fields(raw).status
+
+
+def dump_status(status: JobStatus) -> dict[str, Any]:
+    """The status as the API object: only the fields read or set (a field set to None is dropped). A status
+    read and dumped unchanged is the status read, so a steady job writes nothing."""
+    return status.model_dump(by_alias=True, exclude_unset=True, exclude_none=True)
+
+
+def get_condition(status: JobStatus, kind: str) -> JobCondition | None:
+    return next((c for c in status.conditions if c.type == kind), None)
+
+
+def is_true(status: JobStatus, kind: str) -> bool:
     cond = get_condition(status, kind)
-    return cond is not None and cond.get("status") == "True"
+    return cond is not None and cond.status == "True"
 
 
-def set_condition(status: Status, kind: str, value: bool, reason: str, message: str, now: str) -> bool:
+def set_condition(status: JobStatus, kind: str, value: bool, reason: str, message: str, now: str) -> bool:
     """Sets a condition; returns True when its status flipped (or it is new), which is worth an Event.
 
     Timestamps only move when something changed, so a steady job produces an identical status (no write).
     """
-    conditions: list[dict[str, Any]] = status.setdefault("conditions", [])
     text = "True" if value else "False"
     cond = get_condition(status, kind)
     if cond is None:
-        conditions.append(
-            {
-                "type": kind,
-                "status": text,
-                "reason": reason,
-                "message": message,
-                "lastUpdateTime": now,
-                "lastTransitionTime": now,
-            }
+        new = JobCondition(
+            type=kind, status=text, reason=reason, message=message, last_update_time=now, last_transition_time=now
         )
+        # Assigned, not appended: an assignment is what marks the field as set (dump_status).
+        status.conditions = [*status.conditions, new]
         return True
-    flipped = cond.get("status") != text
-    if flipped or cond.get("reason") != reason or cond.get("message") != message:
-        cond.update({"status": text, "reason": reason, "message": message, "lastUpdateTime": now})
+    flipped = cond.status != text
+    if flipped or cond.reason != reason or cond.message != message:
+        cond.status, cond.reason, cond.message, cond.last_update_time = text, reason, message, now
         if flipped:
-            cond["lastTransitionTime"] = now
+            cond.last_transition_time = now
     return flipped
 
 
-def is_finished(status: Status) -> bool:
+def is_finished(status: JobStatus) -> bool:
     return is_true(status, SUCCEEDED) or is_true(status, FAILED)
 
 
-def state(status: Status) -> str:
+def state(status: JobStatus) -> str:
     """One word for `kubectl get`: the most telling true condition."""
     for kind in (SUCCEEDED, FAILED, SUSPENDED, RESTARTING, RUNNING):
         if is_true(status, kind):

@@ -11,10 +11,10 @@ from datetime import datetime
 from typing import Any
 
 from mpijob.api import constants as c
+from mpijob.api.objects import Obj
 from mpijob.planner.snapshot import OperatorConfig, Snapshot
 
 Key = tuple[str, str]
-Obj = dict[str, Any]
 
 
 def _one(index: Any, key: Any) -> Any:

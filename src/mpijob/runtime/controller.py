@@ -102,7 +102,7 @@ class Controller:
         executor: Executor,
         config: OperatorConfig,
         *,
-        workers: int = 4,
+        reconcilers: int = 4,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         # PodGroups are watched only with gang scheduling on: without it their CRD need not exist.
@@ -110,7 +110,8 @@ class Controller:
         self.queue = WorkQueue()
         self.executor = executor
         self.config = config
-        self.workers = workers
+        # How many reconciles run at once (coroutines taking job keys from the queue; not pods).
+        self.reconcilers = reconcilers
         self.clock = clock
         self.stats = Stats()
         self.warm = asyncio.Event()
@@ -371,7 +372,7 @@ class Controller:
             self.created[key] = kept
         return outcome
 
-    async def worker(self) -> None:
+    async def reconciler(self) -> None:
         await self.warm.wait()
         await self.leading.wait()
         while True:
@@ -402,9 +403,9 @@ class Controller:
             finally:
                 self.queue.done(key)
 
-    async def run_workers(self) -> None:
+    async def run_reconcilers(self) -> None:
         await self.warm.wait()
         # Everything already known gets one look at start: decisions recorded before a restart resume here.
         for key in self.cache.mpijob_keys():
             self.queue.add(key)
-        await asyncio.gather(*(self.worker() for _ in range(self.workers)))
+        await asyncio.gather(*(self.reconciler() for _ in range(self.reconcilers)))

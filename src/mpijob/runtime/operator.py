@@ -19,8 +19,6 @@ import aiohttp
 import kopf
 from kubernetes_asyncio import client as k8s_client
 
-from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
-from mpijob.api.models import MANAGED_BY_US
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.kubeconfig import load_api_client
 from mpijob.planner import podgroups
@@ -36,24 +34,19 @@ log = logging.getLogger("mpijob.operator")
 class OperatorOptions:
     kubeconfig: str | None = None
     namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
-    workers: int = 16  # concurrent reconciles: they mostly wait on the API server (docs/results.md)
+    # Concurrent reconciles (the CLI's --workers): they mostly wait on the API server (docs/results.md).
+    reconcilers: int = 16
     qps: float = 50.0
     burst: int = 100
     log_format: str = "text"
     log_level: str = "INFO"
-    cluster_domain: str = ""
-    termination_taints: tuple[str, ...] = DEFAULT_TERMINATION_TAINTS
-    cordon_is_termination: bool = True
-    api_discovery: bool = True
+    # What the planner decides with (cluster domain, termination signals, discovery, gang scheduler, managedBy).
+    planner: OperatorConfig = field(default_factory=OperatorConfig)
     leader_elect: bool = False
     lock_namespace: str = "mpijob-system"
     health_port: int = 0
     metrics_port: int = 0  # 0: /metrics not served (metrics are still kept, for tests and benchmarks)
     metrics_address: str = "0.0.0.0"
-    controller_name: str = MANAGED_BY_US
-    claim_unmanaged: bool = True
-    # --gang-scheduling: "" off, "volcano", or the schedulerName of a scheduler-plugins (coscheduling) scheduler.
-    gang_scheduler: str = ""
     # Seconds between relists of the cached kinds (jittered); watch gaps close within this.
     resync_period: float = resync.PERIOD
 
@@ -125,24 +118,16 @@ async def run(
 ) -> Controller:
     api = await load_api_client(options.kubeconfig)
     client = Client(api, qps=options.qps, burst=options.burst)
-    if options.gang_scheduler:
-        await _check_pod_group_crd(client, options.gang_scheduler)
-    config = OperatorConfig(
-        cluster_domain=options.cluster_domain,
-        termination_taints=options.termination_taints,
-        cordon_is_termination=options.cordon_is_termination,
-        api_discovery=options.api_discovery,
-        gang_scheduler=options.gang_scheduler,
-        controller_name=options.controller_name,
-        claim_unmanaged=options.claim_unmanaged,
-    )
+    config = options.planner
+    if config.gang_scheduler:
+        await _check_pod_group_crd(client, config.gang_scheduler)
     metrics = Metrics()
     client.on_response = metrics.api_response
     executor = InstrumentedExecutor(client, metrics=metrics, config=config)
     controller = InstrumentedController(
         executor,
         config,
-        workers=options.workers,
+        reconcilers=options.reconcilers,
         # The API server's clock, so that grace periods mean the same to every leader (issue 8, rule 11).
         clock=client.clock.now,
         metrics=metrics,
@@ -195,23 +180,23 @@ async def run(
     else:
         controller.leading.set()
         election = None
-    workers = asyncio.create_task(controller.run_workers())
+    reconcilers = asyncio.create_task(controller.run_reconcilers())
     relist = asyncio.create_task(_resync(controller, executor.client, options))
     log.info(
-        "operator started: namespaces=%s workers=%d qps=%s burst=%d",
+        "operator started: namespaces=%s reconcilers=%d qps=%s burst=%d",
         options.namespaces or "all",
-        options.workers,
+        options.reconcilers,
         options.qps,
         options.burst,
     )
     try:
         await kopf_task
     finally:
-        workers.cancel()
+        reconcilers.cancel()
         relist.cancel()
         if election is not None:
             election.cancel()
-        await asyncio.gather(workers, relist, *([election] if election else []), return_exceptions=True)
+        await asyncio.gather(reconcilers, relist, *([election] if election else []), return_exceptions=True)
         controller.queue.shutdown()
         await api.close()
     return controller

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from mpijob.api.models import GROUP, PLURAL, VERSION
+from mpijob.api.objects import Obj
 from mpijob.executor.client import Client
 from mpijob.runtime.cache import Cache
 
 log = logging.getLogger("mpijob.resync")
 
-Obj = dict[str, Any]
 
 PAGE = 500
 PERIOD = 300.0

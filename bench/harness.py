@@ -1,0 +1,57 @@
+"""What the testbed benchmarks (run.py, discovery.py) share: the report's header and end, and a testbed with
+the CRD installed for one run (left running if it was running before)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import platform
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from mpijob.cli.operator import install_crd
+from mpijob_testbed import cluster
+
+
+def report_header() -> dict[str, Any]:
+    return {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+    }
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+@contextlib.contextmanager
+def testbed_with_crd(state_dir: str, nodes: int) -> Iterator[Path]:
+    """The testbed's admin kubeconfig, the MPIJob CRD installed; a testbed started here is stopped after."""
+    was_running = cluster.is_running(state_dir)
+    testbed = cluster.up(nodes, state_dir, echo=_stderr)
+    try:
+        asyncio.run(install_crd(str(testbed.kubeconfig)))
+        yield testbed.kubeconfig
+    finally:
+        if not was_running:
+            cluster.down(state_dir, echo=_stderr)
+
+
+def print_table(measures: dict[str, Any], *, round_floats: bool = True) -> None:
+    """A Markdown table of the measures; floats with two decimals unless the caller rounded them itself."""
+    print("| measure | value |\n|---|---|")
+    for key, value in measures.items():
+        shown = f"{value:.2f}" if round_floats and isinstance(value, float) else f"{value}"
+        print(f"| {key} | {shown} |")
+
+
+def finish(report: dict[str, Any], json_path: str | None) -> int:
+    print(f"\ncommand: {report['command']}  ({report['when']}, Python {report['python']})")
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=2))
+    return 0

@@ -1,0 +1,181 @@
+"""The plan being made: its phases (`Draft`, frozen into a `Plan`), and what every part of the planner shares
+(`PlanContext`): the job's read-only inputs, the status being built, and the helpers that add writes with the
+Events that announce them."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from mpijob.api.models import (
+    API_VERSION,
+    HostDiscovery,
+    JobStatus,
+    MPIJobSpec,
+)
+from mpijob.planner import status as conditions
+from mpijob.planner.actions import Create, Delete, Emit, Patch, Plan, Write
+from mpijob.planner.snapshot import (
+    Obj,
+    Snapshot,
+    format_time,
+    is_owned_by,
+    meta,
+    name_of,
+    uid_of,
+)
+from mpijob.planner.workers import workers_of
+
+
+@dataclass
+class Draft:
+    """The plan being made, phase by phase (see `Plan`); frozen into a Plan at the end."""
+
+    record: list[Patch] = field(default_factory=list)
+    mark: list[Patch] = field(default_factory=list)
+    discovery: list[Write] = field(default_factory=list)
+    # Discovery writes that drop hosts a launcher reads (moved to Plan.leave_discovery).
+    dropping_hosts: list[Write] = field(default_factory=list)
+    announce: list[Emit] = field(default_factory=list)
+    children: list[Write] = field(default_factory=list)
+    secret: list[Create] = field(default_factory=list)
+    status: list[Patch] = field(default_factory=list)
+    status_events: list[Emit] = field(default_factory=list)
+    delete: list[Delete] = field(default_factory=list)
+    create: list[Create] = field(default_factory=list)
+    finish: list[Delete] = field(default_factory=list)
+    wake: list[float] = field(default_factory=list)
+    # Objects with our children's names that this job does not own ("Kind name"), for ResourceConflict.
+    conflicts: list[str] = field(default_factory=list)
+    # The SSH Secret's name is held by a Secret we did not create.
+    secret_taken: bool = False
+
+    def freeze(self) -> Plan:
+        """The ConfigMap patch that drops hosts is what the launcher reads first; only when it drops none do
+        the launcher nudges that drop hosts (the file fallback) go first."""
+        urgent = [w for w in self.dropping_hosts if _kind(w) == "ConfigMap"] or self.dropping_hosts
+        return Plan(
+            leave_discovery=tuple(urgent),
+            record=tuple(self.record),
+            mark=tuple(self.mark),
+            discovery=tuple(w for w in self.discovery if not any(w is u for u in urgent)),
+            announce=tuple(self.announce),
+            children=tuple(self.children),
+            secret=tuple(self.secret),
+            status=tuple(self.status),
+            delete=tuple(self.delete),
+            create=tuple(self.create),
+            finish=tuple(self.finish),
+            requeue_after=min(self.wake) if self.wake else None,
+        )
+
+
+def _kind(write: Write) -> str:
+    return str(write.obj["kind"]) if isinstance(write, Create) else write.kind
+
+
+class PlanContext:
+    """One plan of a valid job. Its inputs are read-only (Final); it builds two things: the new status
+    (`status`, compared with `old_status` at the end) and the plan by phase (`draft`). The worker decisions
+    themselves come from the pure steps of workers.py and elastic.py."""
+
+    def __init__(self, snapshot: Snapshot, spec: MPIJobSpec) -> None:
+        self.snapshot: Final = snapshot
+        self.spec: Final = spec
+        self.job: Final = snapshot.job
+        self.name: Final = name_of(snapshot.job)
+        self.now: Final = format_time(snapshot.now)
+        # The last status as written (the status write is a merge patch from it) and as read (typed).
+        self.old_status: Final[dict[str, Any]] = copy.deepcopy(snapshot.job.get("status") or {})
+        self.previous: Final = conditions.read_status_fields(self.old_status)
+        # Pods of a launcher Job we do not own say nothing about this job.
+        launcher = snapshot.launcher
+        owned = launcher is not None and is_owned_by(launcher, self.job)
+        self.launcher_pods: Final = snapshot.launcher_pods if owned else ()
+        self.workers: Final = workers_of(snapshot)
+        self.status: JobStatus = self.previous.status.model_copy(deep=True)
+        self.draft = Draft()
+
+    def emit(self, type_: str, reason: str, message: str) -> None:
+        self.draft.announce.append(Emit(type_, reason, message))
+
+    def condition(self, kind: str, value: bool, reason: str, message: str, event: str | None = "Normal") -> None:
+        flipped = conditions.set_condition(self.status, kind, value, reason, message, self.now)
+        if flipped and value and event:
+            # Announced after the status write succeeds, so a retried reconcile does not repeat it.
+            self.draft.status_events.append(Emit(event, reason, message))
+
+    @staticmethod
+    def creation(obj: Obj, *, ssh: bool = False, exclusive: bool = False) -> Create:
+        """A create, with the Event that announces it (posted only if the object was really created)."""
+        kind = obj["kind"]
+        made = Emit("Normal", f"SuccessfulCreate{kind}", f"Created {kind} {obj['metadata']['name']}")
+        return Create(obj, generate_ssh_keys=ssh, exclusive=exclusive, announce=(made,))
+
+    def create_child(self, obj: Obj) -> None:
+        self.draft.children.append(self.creation(obj))
+
+    def delete_pod(self, pod: Obj, why: str) -> None:
+        gone = Emit("Normal", "SuccessfulDeletePod", f"Deleted pod {name_of(pod)}: {why}")
+        self.draft.delete.append(Delete("v1", "Pod", name_of(pod), uid=uid_of(pod), announce=(gone,)))
+
+    def owned_or_conflict(self, obj: Obj | None, kind: str, name: str) -> bool | None:
+        """True: ours; None: absent; False: someone else's (recorded as a conflict, never touched)."""
+        if obj is None:
+            return None
+        if is_owned_by(obj, self.job):
+            return True
+        self.draft.conflicts.append(f"{kind} {name}")
+        return False
+
+    def foreign_children(self) -> list[str]:
+        """Objects with the names of this job's Service, ConfigMap, Secret or launcher Job that it does not
+        own. While any exists, no worker or launcher is created."""
+        named = (
+            ("Service", self.snapshot.service),
+            ("ConfigMap", self.snapshot.config_map),
+            ("Job", self.snapshot.launcher),
+        )
+        foreign = [kind for kind, obj in named if obj is not None and not is_owned_by(obj, self.job)]
+        return [*foreign, "Secret"] if self.draft.secret_taken else foreign
+
+    def api_discovery(self) -> bool:
+        ep = self.spec.elastic_policy
+        return ep is not None and ep.host_discovery is HostDiscovery.API and self.snapshot.config.api_discovery
+
+
+def status_patch(job: Obj, old: dict[str, Any], status: JobStatus, now: str) -> Patch | None:
+    """The status write, only when the status changed (a steady job writes nothing), optimistic on the
+    job's resourceVersion. Sets `state` (and `lastReconcileTime` when writing) on `status`."""
+    status.state = conditions.state(status)
+    new = conditions.dump_status(status)
+    if new == old:
+        return None
+    status.last_reconcile_time = now
+    new["lastReconcileTime"] = now
+    return Patch(
+        API_VERSION,
+        "MPIJob",
+        name_of(job),
+        {"status": merge_patch_to(old, new)},
+        resource_version=meta(job).get("resourceVersion"),
+        subresource="status",
+    )
+
+
+def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch of a flat map from `old` to `new` that names only what differs."""
+    patch: dict[str, Any] = {key: None for key in old if key not in new}
+    patch.update({key: value for key, value in new.items() if old.get(key) != value})
+    return patch
+
+
+def merge_patch_to(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """`new`, with a null for every key of `old` it lacks: a JSON merge patch keeps keys it does not name, so
+    a count that dropped to zero (omitted) would otherwise stay behind and the status would never converge."""
+    patch: dict[str, Any] = {key: None for key in old if key not in new}
+    for key, value in new.items():
+        before = old.get(key)
+        patch[key] = merge_patch_to(before, value) if isinstance(before, dict) and isinstance(value, dict) else value
+    return patch

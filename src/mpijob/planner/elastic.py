@@ -1,0 +1,500 @@
+"""An elastic job's worker decisions, as small pure steps, each a function from frozen data to frozen data:
+
+1. `read_record`       what earlier reconciles recorded (last status, our discovery list): read once, here;
+2. `clean_listing`     spec.elasticPolicy.workersToDelete without the names that are done or never were ours;
+3. `node_terminations` node signals and workers removed by someone else -> names to list, Worker replicas;
+4. `departures`        who leaves (listed, failed, excess, all when suspended) and who is deleted now;
+5. `growth`            new worker indexes for the deficit;
+6. `new_failures`      workers that start leaving because they failed or landed on a terminating node.
+
+`plan_elastic` runs them in that order and returns the WorkerPlan the planner turns into writes.
+Vocabulary (see workers.py): listed, leaving, kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from mpijob.api import constants
+from mpijob.api.models import ElasticPolicy, JobStatus, MPIJobSpec, NodeTerminationPolicy
+from mpijob.api.objects import (
+    Obj,
+    annotations_of,
+    is_terminating,
+    labels_of,
+    meta,
+    name_of,
+    parse_time,
+    pod_node,
+    pod_phase,
+)
+from mpijob.planner.actions import Emit
+from mpijob.planner.discovery import listed_hosts
+from mpijob.planner.hostfile import host_fqdn
+from mpijob.planner.indexes import new_indexes
+from mpijob.planner.ranking import rank_victims
+from mpijob.planner.snapshot import Snapshot, is_owned_by
+from mpijob.planner.workers import (
+    BAD_NAMES_SHOWN,
+    FINISHED_PHASES,
+    Leave,
+    Signal,
+    WorkerPlan,
+    describe_bad_name,
+    foreign_indexes,
+    hold_soft_signals,
+    index_of,
+    is_foreign,
+    is_leaving,
+    leaving_since,
+    node_signal,
+    unreadable_leaving_since,
+    workers_of,
+)
+
+
+@dataclass(frozen=True)
+class Record:
+    """What earlier reconciles recorded and this one builds on. The only place the elastic steps read the
+    last status or the discovery list we wrote."""
+
+    # status.discoveredHosts: workers serving at the last status write.
+    discovered: frozenset[str]
+    # status.leavingWorkers: workers leaving at the last status write.
+    leaving: frozenset[str]
+    # status.lastWorkerIndex, read strictly (see _Planner.last_worker_index).
+    last_index: int
+    # Workers our (owned) ConfigMap's discovery list still names, as last written; all of them while the
+    # listing is unknown (a ConfigMap without the list: a leaving worker is marked again, from now).
+    in_discovery: frozenset[str]
+
+
+def read_record(snapshot: Snapshot, workers: Sequence[Obj], last_index: int, previous: JobStatus) -> Record:
+    config_map = snapshot.config_map
+    in_discovery: frozenset[str] = frozenset()
+    if config_map is not None and is_owned_by(config_map, snapshot.job):
+        hosts = listed_hosts(config_map.get("data") or {})
+        job = snapshot.job["metadata"]
+        domain = snapshot.config.cluster_domain
+        in_discovery = frozenset(
+            name_of(p)
+            for p in workers
+            # An unknown listing may name any worker (see discovery.listed_hosts).
+            if hosts is None or host_fqdn(name_of(p), job["name"], job.get("namespace", ""), domain) in hosts
+        )
+    return Record(
+        discovered=frozenset(previous.discovered_hosts),
+        leaving=frozenset(previous.leaving_workers),
+        last_index=last_index,
+        in_discovery=in_discovery,
+    )
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Step 2: the names that stay in workersToDelete, and the Events about those that went."""
+
+    listed: tuple[str, ...]
+    events: tuple[Emit, ...]
+
+
+def clean_listing(snapshot: Snapshot, names: Sequence[str], by_name: Mapping[str, Obj], record: Record) -> Listing:
+    """Drops names that are gone (done) or were never this job's workers (one Warning).
+
+    A gone worker that was in discovery at the last status write was ours too: removed by someone else
+    (eviction, a delete with no grace) before the reconcile that listed it could mark it leaving. While the
+    last status still counts it as serving (discoveredHosts), the name stays listed: the status write of this
+    reconcile drops it from discovery, the next one drops it from the list. So a crash in between can never
+    make `node_terminations` count the same lost worker twice."""
+    listed: list[str] = []
+    gone: list[str] = []
+    being_deleted: list[str] = []
+    bad: list[str] = []
+    for name in dict.fromkeys(names):
+        pod = by_name.get(name)
+        if pod is None:
+            if name in record.discovered:
+                listed.append(name)
+            elif name in record.leaving:
+                gone.append(name)
+            else:
+                bad.append(f"{name!r} {describe_bad_name(snapshot, name)}")
+        elif is_terminating(pod) and (is_leaving(pod) or name in record.leaving):
+            being_deleted.append(name)
+        else:
+            listed.append(name)
+    # One Event for the workers that finished leaving in this reconcile.
+    events: list[Emit] = []
+    for names_, one, many in ((gone, "is gone", "are gone"), (being_deleted, "is being deleted", "are being deleted")):
+        if names_:
+            noun, verb = ("worker", one) if len(names_) == 1 else ("workers", many)
+            events.append(Emit("Normal", "WorkerRemoved", f"{noun} {', '.join(names_)} {verb}"))
+    if bad:
+        # One Event however many names are bad: a long junk list must not use up the API budget.
+        shown = "; ".join(bad[:BAD_NAMES_SHOWN]) + (
+            f"; and {len(bad) - BAD_NAMES_SHOWN} more" if len(bad) > BAD_NAMES_SHOWN else ""
+        )
+        message = f"spec.elasticPolicy.workersToDelete: {shown}; dropped from the list"
+        events.append(Emit("Warning", "InvalidWorkerToDelete", message))
+    return Listing(tuple(listed), tuple(events))
+
+
+@dataclass(frozen=True)
+class Terminations:
+    """Step 3: what node signals and workers removed by someone else decide, to be recorded in the spec."""
+
+    signals: tuple[Signal, ...]
+    # Serving workers on a cordoned node kept in service (not listed) so that a soft signal never takes the
+    # job below minReplicas; as many replacements are created first (make before break).
+    held: tuple[str, ...]
+    workers_to_delete: tuple[str, ...]
+    replicas: int
+    events: tuple[Emit, ...]
+
+
+def effective_termination_policy(snapshot: Snapshot, policy: ElasticPolicy) -> NodeTerminationPolicy:
+    """A Kueue-managed job keeps the Worker count Kueue admitted: lowering it would make Kueue suspend the
+    whole job. So ScaleIn acts as Replace there (the replacements stay Pending if there is no room, and the
+    quota stays held), and workers lost to someone else are replaced rather than scaled in."""
+    kueue_managed = bool(labels_of(snapshot.job).get(constants.LABEL_KUEUE_QUEUE_NAME))
+    if kueue_managed and policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN:
+        return NodeTerminationPolicy.REPLACE
+    return policy.node_termination_policy
+
+
+def node_terminations(
+    snapshot: Snapshot,
+    policy: ElasticPolicy,
+    workers: Sequence[Obj],
+    by_name: Mapping[str, Obj],
+    listing: Listing,
+    record: Record,
+    *,
+    replicas: int,
+    suspended: bool,
+) -> Terminations:
+    termination_policy = effective_termination_policy(snapshot, policy)
+    kueue_managed = bool(labels_of(snapshot.job).get(constants.LABEL_KUEUE_QUEUE_NAME))
+    job_name = name_of(snapshot.job)
+    listed = set(listing.listed)
+    # Accounted for already: listed, marked leaving, or recorded as leaving in the last status (a pod that
+    # was terminating when we listed it is never annotated, and its name leaves the list while it goes).
+    unaccounted = [
+        p for p in workers if name_of(p) not in listed and not is_leaving(p) and name_of(p) not in record.leaving
+    ]
+    external = [p for p in unaccounted if is_terminating(p) or pod_phase(p) in FINISHED_PHASES]
+    # Serving at the last status write, now gone without our doing (deleted while we were down, or with
+    # no grace period). Counted only once a live read confirmed it: absence from the cache alone may be a
+    # watch gap or a cache behind (issue 8, rule 1).
+    vanished = [
+        n
+        for n in sorted(record.discovered)
+        if n not in by_name and n not in listed and snapshot.confirmed_absent("Pod", n)
+    ]
+    signals: list[Signal] = []
+    held: list[Obj] = []
+    if not suspended and termination_policy is not NodeTerminationPolicy.IGNORE:
+        for pod in unaccounted:
+            if pod in external:
+                continue
+            signal = node_signal(snapshot, pod_node(pod))
+            if signal is not None:
+                signals.append(Signal(pod, pod_node(pod) or "", signal))
+        serving = [p for p in unaccounted if p not in external and pod_phase(p) == "Running"]
+        signals, held = hold_soft_signals(signals, serving, policy.min_replicas, job_name)
+    scale_in = termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended
+    additions = [name_of(s.pod) for s in signals]
+    new_replicas = replicas
+    if scale_in:
+        additions += [name_of(p) for p in external] + vanished
+        new_replicas = min(replicas, max(policy.min_replicas, replicas - len(additions))) if additions else replicas
+    events = [*_node_events(signals, termination_policy, kueue_managed, policy, replicas, new_replicas, len(additions))]
+    if (external or vanished) and scale_in:
+        lost = ", ".join([name_of(p) for p in external] + vanished)
+        message = f"workers {lost} were removed by someone else; Worker replicas {replicas} -> {new_replicas}"
+        events.append(Emit("Normal", "WorkerLost", message))
+    return Terminations(
+        signals=tuple(signals),
+        held=tuple(name_of(p) for p in held),
+        workers_to_delete=(*listing.listed, *(n for n in additions if n not in listed)),
+        replicas=new_replicas,
+        events=tuple(events),
+    )
+
+
+def _node_events(
+    signals: Sequence[Signal],
+    termination_policy: NodeTerminationPolicy,
+    kueue_managed: bool,
+    policy: ElasticPolicy,
+    replicas: int,
+    new_replicas: int,
+    additions: int,
+) -> list[Emit]:
+    """One NodeTerminating Event per node, naming its workers and what happens to them."""
+    events: list[Emit] = []
+    for node in dict.fromkeys(s.node for s in signals):
+        names = [name_of(s.pod) for s in signals if s.node == node]
+        signal = next(s.signal for s in signals if s.node == node)
+        if termination_policy is NodeTerminationPolicy.SCALE_IN:
+            verb = f"scaling in (Worker replicas {replicas} -> {new_replicas})"
+        else:
+            verb = "replacing them elsewhere" + (
+                " (Kueue-managed: Worker replicas stay as admitted)" if kueue_managed else ""
+            )
+        floor = ""
+        if termination_policy is NodeTerminationPolicy.SCALE_IN and replicas - additions < policy.min_replicas:
+            floor = f"; minReplicas {policy.min_replicas} reached, the rest are replaced"
+        message = f"node {node} is terminating ({signal}): workers {', '.join(names)}: {verb}{floor}"
+        events.append(Emit("Normal", "NodeTerminating", message))
+    return events
+
+
+@dataclass(frozen=True)
+class Departures:
+    """Step 4: who stays, who leaves now, who is on the way out, who is deleted now."""
+
+    kept: tuple[Obj, ...]
+    to_leave: tuple[Leave, ...]
+    leaving: tuple[str, ...]
+    to_delete: tuple[Obj, ...]
+    wake_after: float | None
+
+
+def departures(
+    snapshot: Snapshot,
+    policy: ElasticPolicy,
+    workers: Sequence[Obj],
+    terminations: Terminations,
+    record: Record,
+    *,
+    suspended: bool,
+) -> Departures:
+    """Who leaves (`leavers`), then who of the leaving is deleted now (`deletions`)."""
+    kept, to_leave, on_the_way_out = leavers(snapshot, workers, terminations, record, suspended=suspended)
+    leaving, to_delete, wake_after = deletions(
+        snapshot, policy, workers, to_leave, on_the_way_out, terminations, suspended=suspended
+    )
+    job_name = name_of(snapshot.job)
+    return Departures(
+        kept=tuple(sorted(kept, key=lambda p: index_of(job_name, p))),
+        to_leave=tuple(to_leave),
+        leaving=tuple(leaving),
+        to_delete=tuple(to_delete),
+        wake_after=wake_after,
+    )
+
+
+def leavers(
+    snapshot: Snapshot, workers: Sequence[Obj], terminations: Terminations, record: Record, *, suspended: bool
+) -> tuple[list[Obj], list[Leave], list[str]]:
+    """(kept, to mark leaving now, terminating and already on their way out). Leaving: listed workers, failed
+    ones, the excess (ranked), all of them when suspended."""
+    job_name = name_of(snapshot.job)
+    listed = set(terminations.workers_to_delete)
+
+    def counts(pod: Obj) -> bool:
+        return (
+            name_of(pod) not in listed
+            and not is_leaving(pod)
+            and not is_terminating(pod)
+            and pod_phase(pod) not in FINISHED_PHASES
+        )
+
+    kept = [p for p in workers if counts(p)]
+    to_leave: list[Leave] = []
+    on_the_way_out: list[str] = []
+    for pod in workers:
+        name = name_of(pod)
+        if is_leaving(pod):
+            # Marked, but our discovery list still names it: the crash came between the mark and the
+            # discovery change. Mark it again, so the grace period counts from when it really left.
+            # Or its time is unreadable or in the future (edited by hand): mark it again with a good one, or
+            # it would count from "now" at every reconcile and never be deleted.
+            redo = name in record.in_discovery or unreadable_leaving_since(pod, snapshot.now)
+            if redo and pod_phase(pod) == "Running" and not is_terminating(pod):
+                reason = annotations_of(pod).get(constants.ANNOTATION_LEAVING_REASON, "workersToDelete")
+                to_leave.append(Leave(pod, reason))
+        elif is_terminating(pod):
+            if name in listed or name in record.leaving:
+                on_the_way_out.append(name)  # nothing to mark, leaving till gone
+        elif name in listed:
+            to_leave.append(Leave(pod, "workersToDelete"))
+        elif not counts(pod):
+            to_leave.append(Leave(pod, f"worker {pod_phase(pod)}"))
+    target = 0 if suspended else terminations.replicas
+    # Held workers keep serving until as many replacements run: they are counted on top of the target.
+    surge = 0 if suspended else len(terminations.held)
+    if len(kept) > target + surge:
+        ranked = rank_victims(kept, lambda p: index_of(job_name, p), lambda n: node_signal(snapshot, n) is not None)
+        excess = ranked[: len(kept) - target - surge]
+        to_leave += [Leave(p, "suspended" if suspended else "scale-down") for p in excess]
+        excess_names = {name_of(p) for p in excess}
+        kept = [p for p in kept if name_of(p) not in excess_names]
+    return kept, to_leave, on_the_way_out
+
+
+def deletions(
+    snapshot: Snapshot,
+    policy: ElasticPolicy,
+    workers: Sequence[Obj],
+    to_leave: Sequence[Leave],
+    on_the_way_out: Sequence[str],
+    terminations: Terminations,
+    *,
+    suspended: bool,
+) -> tuple[list[str], list[Obj], float | None]:
+    """(leaving, to delete now, seconds until the next is due). Leaving workers are deleted once the grace
+    period has passed; at once if they are not serving (not Running), their node is gone, or nothing else is
+    left to wait for."""
+    now = snapshot.now
+    grace = timedelta(seconds=policy.scale_in_grace_period_seconds)
+    marked_now = {name_of(leave.pod) for leave in to_leave}
+    leaving = list(on_the_way_out)
+    to_delete: list[Obj] = []
+    wake_after: float | None = None
+    for pod in workers:
+        name = name_of(pod)
+        if name in leaving or not (is_leaving(pod) or name in marked_now):
+            continue
+        leaving.append(name)
+        if is_terminating(pod):
+            continue
+        since: datetime = now if name in marked_now else leaving_since(pod, now)
+        immediate = pod_phase(pod) != "Running" or node_signal(snapshot, pod_node(pod)) == "deleted" or suspended
+        due = since + grace
+        if immediate or due <= now:
+            to_delete.append(pod)
+        else:
+            wait = (due - now).total_seconds()
+            wake_after = wait if wake_after is None else min(wake_after, wait)
+    # Listed workers already gone show as leaving until the next reconcile drops their names (step 2).
+    present = {name_of(p) for p in workers}
+    leaving += [n for n in terminations.workers_to_delete if n not in present]
+    return leaving, to_delete, wake_after
+
+
+@dataclass(frozen=True)
+class Growth:
+    """Step 5: new worker indexes for the deficit, and the names held by pods that are not ours."""
+
+    to_create: tuple[int, ...]
+    foreign_names: tuple[str, ...]
+    events: tuple[Emit, ...]
+
+
+def growth(
+    snapshot: Snapshot,
+    policy: ElasticPolicy,
+    workers: Sequence[Obj],
+    terminations: Terminations,
+    kept: Sequence[Obj],
+    record: Record,
+    *,
+    suspended: bool,
+) -> Growth:
+    job_name = name_of(snapshot.job)
+    target = 0 if suspended else terminations.replicas
+    surge = 0 if suspended else len(terminations.held)
+    taken = {index_of(job_name, p) for p in workers}
+    ceiling = max([record.last_index, *taken], default=-1) + terminations.replicas + 1
+    # A foreign name is skipped wherever new indexes go; those below the ceiling are reported.
+    foreign = tuple(constants.worker_name(job_name, i) for i in foreign_indexes(snapshot, job_name, ceiling))
+    if len(kept) >= target + surge:
+        return Growth((), foreign, ())
+    # Foreign pods only block a name; they do not move Append's starting point.
+    to_create = new_indexes(
+        target + surge - len(kept),
+        taken,
+        lambda i: is_foreign(snapshot, job_name, i),
+        policy.index_policy,
+        record.last_index,
+    )
+    events: tuple[Emit, ...] = ()
+    if surge:
+        message = (
+            f"workers {', '.join(terminations.held)} are on a cordoned node; they keep serving until "
+            f"replacements run (minReplicas {policy.min_replicas})"
+        )
+        events = (Emit("Normal", "FloorHeld", message),)
+    return Growth(tuple(to_create), foreign, events)
+
+
+# A worker whose node turns out to be terminating within this long of its creation "landed on a terminating
+# node" (a replacement the scheduler put on a node about to go): it counts toward the replacement backoff
+# like a failure. Workers that served longer and lose their node (an ordinary spot reclaim) do not.
+LANDED_WITHIN_SECONDS = 120.0
+
+
+def new_failures(
+    snapshot: Snapshot,
+    policy: ElasticPolicy,
+    workers: Sequence[Obj],
+    terminations: Terminations,
+    leaving: Departures,
+    record: Record,
+    *,
+    suspended: bool,
+) -> int:
+    """Step 6: how many workers count toward the replacement backoff now: those that start leaving (not
+    leaving at the last status write, which records the count with leavingWorkers in one write) because
+    they failed or landed on a terminating node. Read from durable state only (the pod, its node, the spec's
+    list, the last status), so a reconcile cut before its status write is counted by the next one, once."""
+    newly = set(leaving.leaving) - record.leaving
+    listed = set(terminations.workers_to_delete)
+    signals_count = not suspended and effective_termination_policy(snapshot, policy) is not NodeTerminationPolicy.IGNORE
+    count = 0
+    for pod in workers:
+        name = name_of(pod)
+        if name not in newly:
+            continue
+        if pod_phase(pod) == "Failed":
+            count += 1
+        elif signals_count and name in listed and node_signal(snapshot, pod_node(pod)) is not None:
+            born = parse_time(meta(pod).get("creationTimestamp"))
+            since = leaving_since(pod, snapshot.now) if is_leaving(pod) else snapshot.now
+            count += born is not None and 0 <= (since - born).total_seconds() <= LANDED_WITHIN_SECONDS
+    return count
+
+
+def plan_elastic(
+    snapshot: Snapshot, spec: MPIJobSpec, *, suspended: bool, last_index: int, previous: JobStatus
+) -> WorkerPlan:
+    policy = spec.elastic_policy
+    assert policy is not None
+    job_name = name_of(snapshot.job)
+    workers = workers_of(snapshot)
+    by_name = {name_of(p): p for p in workers}
+    record = read_record(snapshot, workers, last_index, previous)
+    listing = clean_listing(snapshot, policy.workers_to_delete, by_name, record)
+    terminations = node_terminations(
+        snapshot, policy, workers, by_name, listing, record, replicas=spec.worker_replicas, suspended=suspended
+    )
+    leaving = departures(snapshot, policy, workers, terminations, record, suspended=suspended)
+    grown = growth(snapshot, policy, workers, terminations, leaving.kept, record, suspended=suspended)
+    failures = new_failures(snapshot, policy, workers, terminations, leaving, record, suspended=suspended)
+    hosts = [(index_of(job_name, p), name_of(p)) for p in leaving.kept]
+    hosts += [(i, constants.worker_name(job_name, i)) for i in grown.to_create]
+    return WorkerPlan(
+        new_replicas=terminations.replicas if terminations.replicas != spec.worker_replicas else None,
+        new_workers_to_delete=(
+            list(terminations.workers_to_delete)
+            if list(terminations.workers_to_delete) != list(policy.workers_to_delete)
+            else None
+        ),
+        events=(*listing.events, *terminations.events, *grown.events),
+        signals=terminations.signals,
+        to_leave=leaving.to_leave,
+        to_delete=leaving.to_delete,
+        to_create=grown.to_create,
+        kept=leaving.kept,
+        leaving=leaving.leaving,
+        hostfile_names=tuple(n for _, n in sorted(hosts)),
+        discovery_names=tuple(name_of(p) for p in leaving.kept if pod_phase(p) == "Running"),
+        foreign_names=grown.foreign_names,
+        wake_after=leaving.wake_after,
+        held=terminations.held,
+        failures=failures,
+    )

@@ -1,0 +1,172 @@
+"""The job's status: suspension, worker and launcher counts, the Running and BelowMinReplicas conditions, the
+ResourceConflict condition, finishing, and the status write (only when something changed).
+
+Each function edits `ctx.status` (the JobStatus being built) of one PlanContext; `write_status` turns the
+difference from the last status into the one status write."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mpijob.api.models import ReplicaStatus
+from mpijob.planner import children
+from mpijob.planner import status as conditions
+from mpijob.planner.actions import Emit
+from mpijob.planner.draft import PlanContext, status_patch
+from mpijob.planner.snapshot import (
+    condition,
+    condition_true,
+    is_owned_by,
+    is_terminating,
+    meta,
+    pod_phase,
+    pod_ready,
+)
+from mpijob.planner.workers import WorkerPlan
+
+
+def suspension(ctx: PlanContext, suspended: bool) -> None:
+    was_suspended = conditions.is_true(ctx.status, conditions.SUSPENDED)
+    if suspended:
+        ctx.condition(conditions.SUSPENDED, True, "MPIJobSuspended", "MPIJob suspended")
+        ctx.condition(conditions.RUNNING, False, "MPIJobSuspended", "MPIJob suspended", event=None)
+    elif was_suspended:
+        ctx.condition(conditions.SUSPENDED, False, "MPIJobResumed", "MPIJob resumed")
+        ctx.draft.status_events.append(Emit("Normal", "MPIJobResumed", "MPIJob resumed"))
+        ctx.status.start_time = ctx.now
+    if not suspended and not ctx.status.start_time:
+        ctx.status.start_time = ctx.now
+
+
+def worker_status(ctx: PlanContext, decided: WorkerPlan) -> None:
+    workers = ctx.workers
+    live = [p for p in workers if not is_terminating(p)]
+    running = [p for p in decided.kept if pod_phase(p) == "Running"]
+    # Zero failed or succeeded is left out (None), zero active or ready is said.
+    worker_status = ReplicaStatus(
+        active=len(running),
+        ready=sum(1 for p in decided.kept if pod_ready(p)),
+        selector=children.worker_selector(ctx.name),
+        failed=sum(1 for p in live if pod_phase(p) == "Failed") or None,
+        succeeded=sum(1 for p in live if pod_phase(p) == "Succeeded") or None,
+    )
+    statuses = {**ctx.status.replica_statuses, "Worker": worker_status, "Launcher": launcher_status(ctx)}
+    ctx.status.replica_statuses = statuses
+    ctx.status.leaving_workers = sorted(decided.leaving)
+
+    if ctx.spec.run_policy.suspend:
+        return
+    launcher_running = any(pod_phase(p) == "Running" for p in ctx.launcher_pods)
+    ep = ctx.spec.elastic_policy
+    enough = (
+        len(running) >= ep.min_replicas if ep else len(running) == ctx.spec.worker_replicas and not decided.to_create
+    )
+    if ep is not None:
+        floor_condition(ctx, len(running), ep.min_replicas)
+    if launcher_running and enough:
+        ctx.condition(
+            conditions.RUNNING,
+            True,
+            "MPIJobRunning",
+            f"MPIJob {meta(ctx.job).get('namespace')}/{ctx.name} is running.",
+        )
+    elif conditions.is_true(ctx.status, conditions.RUNNING):
+        why = "launcher is not running" if not launcher_running else "not enough workers are running"
+        ctx.condition(conditions.RUNNING, False, "MPIJobNotRunning", why, event=None)
+
+
+def floor_condition(ctx: PlanContext, running: int, floor: int) -> None:
+    """Says when a job that was running cannot hold its floor (workers lost faster than replaced, or
+    replacements that cannot be placed), and when it holds it again."""
+    below = running < floor
+    if below and (
+        conditions.is_true(ctx.previous.status, conditions.RUNNING)
+        or conditions.is_true(ctx.status, conditions.BELOW_MIN_REPLICAS)
+    ):
+        message = f"{running} of minReplicas {floor} workers are running"
+        # No Event: a worker lost at the floor dips below it until its replacement runs; that is normal.
+        ctx.condition(conditions.BELOW_MIN_REPLICAS, True, "BelowMinReplicas", message, event=None)
+    elif not below and conditions.is_true(ctx.status, conditions.BELOW_MIN_REPLICAS):
+        ctx.condition(
+            conditions.BELOW_MIN_REPLICAS, False, "MinReplicasRunning", f"{running} workers are running", event=None
+        )
+
+
+def launcher_status(ctx: PlanContext) -> ReplicaStatus:
+    """Only the counts that are not zero."""
+    job_status = (ctx.snapshot.launcher or {}).get("status") or {}
+    return ReplicaStatus(
+        active=sum(1 for p in ctx.launcher_pods if pod_phase(p) == "Running") or None,
+        failed=job_status.get("failed") or None,
+        succeeded=job_status.get("succeeded") or None,
+    )
+
+
+def conflict_condition(ctx: PlanContext) -> None:
+    if ctx.draft.conflicts:
+        message = (
+            f"{'; '.join(sorted(set(ctx.draft.conflicts)))}: exists and is not owned by this MPIJob; "
+            "it is left untouched. Delete or rename it."
+            + (
+                " No worker or launcher is created until then (they would use its configuration)."
+                if ctx.foreign_children()
+                else ""
+            )
+        )
+        if conditions.set_condition(ctx.status, conditions.RESOURCE_CONFLICT, True, "NotOwned", message, ctx.now):
+            ctx.draft.status_events.append(Emit("Warning", "ResourceConflict", message))
+    elif conditions.get_condition(ctx.status, conditions.RESOURCE_CONFLICT) is not None:
+        conditions.set_condition(
+            ctx.status, conditions.RESOURCE_CONFLICT, False, "Resolved", "no conflicting objects", ctx.now
+        )
+
+
+def detect_finish(ctx: PlanContext) -> None:
+    launcher = ctx.snapshot.launcher
+    if launcher is not None and is_owned_by(launcher, ctx.job):
+        if condition_true(launcher, "Complete"):
+            done = (launcher.get("status") or {}).get("completionTime") or ctx.now
+            ctx.status.completion_time = done
+            ctx.condition(
+                conditions.SUCCEEDED,
+                True,
+                "MPIJobSucceeded",
+                f"MPIJob {meta(ctx.job).get('namespace')}/{ctx.name} successfully completed.",
+            )
+            return
+        if condition_true(launcher, "Failed"):
+            cond = condition(launcher, "Failed") or {}
+            reason = str(cond.get("reason") or "MPIJobFailed")
+            message = str(cond.get("message") or "launcher Job failed")
+            failed_pods = [p for p in ctx.launcher_pods if pod_phase(p) == "Failed"]
+            if reason == "BackoffLimitExceeded" and failed_pods:
+                last = max(failed_pods, key=lambda p: str(meta(p).get("creationTimestamp", "")))
+                pst = last.get("status") or {}
+                reason = f"{reason}/{pst.get('reason') or 'Error'}"
+                if pst.get("message"):
+                    message = f"{message}: {pst['message']}"
+            ctx.status.completion_time = ctx.now
+            ctx.condition(conditions.FAILED, True, reason, message, event="Warning")
+            return
+    if ctx.spec.elastic_policy is None:
+        evicted = [
+            p for p in ctx.workers if pod_phase(p) == "Failed" and (p.get("status") or {}).get("reason") == "Evicted"
+        ]
+        if evicted:
+            total = len(ctx.workers)
+            ctx.status.completion_time = ctx.now
+            ctx.condition(
+                conditions.FAILED,
+                True,
+                "MPIJobEvicted",
+                f"{len(evicted)}/{total} workers are evicted",
+                event="Warning",
+            )
+
+
+def write_status(ctx: PlanContext) -> None:
+    ctx.status.replica_statuses = dict(ctx.status.replica_statuses)  # always written, if empty
+    patch = status_patch(ctx.job, ctx.old_status, ctx.status, ctx.now)
+    if patch is not None:
+        # Announced with the status write, so a retried reconcile does not repeat them.
+        ctx.draft.status.append(replace(patch, announce=tuple(ctx.draft.status_events)))
