@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kube import API_VERSION, Kube, eventually, mpijob
 from operator_harness import OperatorProcess
-from test_real_node import ON_REAL_NODE, kubectl, real_testbed, rn_api, rn_kube, rn_operator  # noqa: F401
+from test_real_node import ON_REAL_NODE, kubectl, real_testbed, record, rn_api, rn_kube, rn_operator  # noqa: F401
 
 from mpijob.api import constants as c
 from mpijob_testbed import cluster, realnode
@@ -35,14 +37,44 @@ from mpijob_testbed.paths import repo_root
 
 pytestmark = [pytest.mark.integration, pytest.mark.realnode]
 if os.environ.get("MPIJOB_SKIP_HOROVOD") == "1":
-    pytest.skip("MPIJOB_SKIP_HOROVOD=1 (`make test` sets it; `make e2e` runs this module)", allow_module_level=True)
+    pytest.skip("MPIJOB_SKIP_HOROVOD=1", allow_module_level=True)
 
 Obj = dict[str, Any]
 HOROVOD_IMAGE = "mpijob.local/horovod:testbed"
 HERE = Path(__file__).parent / "horovod"
+# How long Gloo's rendezvous waits for a peer (Horovod's default is 30 s). A worker added by a scale-out must
+# start sshd's session, import TensorFlow and register within it; on this 2-core machine under load (~17) that
+# took over 30 s once, the old ranks aborted (`Wait timeout after 30 seconds for key(s): 2`) and the driver
+# stopped the job. A failed peer is still seen at once (its connections reset), so this only delays hangs.
+GLOO_TIMEOUT_S = 150
 COMMIT = re.compile(r"COMMIT batch=(\d+) size=(\d+)")
 RESET = re.compile(r"RESET batch=(\d+) size=(\d+)")
 ROLLBACK = re.compile(r"ROLLBACK from=(\d+) to=(\d+)")
+# Run in the launcher with {worker name: IP or None} on stdin and the workers' DNS suffix as argument. /etc/hosts
+# is the kubelet's file bind-mounted into the container: it cannot be replaced by a rename, and truncating it would
+# let a concurrent reader (the discovery script, ssh) see it empty. So a stale line is turned into a comment by
+# writing one byte (`#`) at its start, and new lines are appended: every state a reader can see is consistent.
+EDIT_HOSTS = """
+import json, sys
+want, suffix = json.load(sys.stdin), sys.argv[1]
+with open("/etc/hosts", "r+b") as f:
+    offset, live = 0, set()
+    for line in f.read().split(b"\\n"):
+        fields = line.decode().split()
+        name = fields[-1] if len(fields) > 1 and not fields[0].startswith("#") else None
+        if name in want:
+            if want[name] == fields[0]:
+                live.add(name)
+            else:
+                f.seek(offset)
+                f.write(b"#")
+        offset += len(line) + 1
+with open("/etc/hosts", "a") as f:
+    for name, ip in want.items():
+        if ip and name not in live:
+            f.write(f"{ip} {name}.{suffix} {name}\\n")
+            f.flush()
+"""
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +100,8 @@ def horovod_job(name: str, image: str, workers: int) -> Obj:
     launcher = (
         "cp /opt/train/discover.sh /tmp/discover.sh && chmod +x /tmp/discover.sh && "
         f"exec horovodrun -np {workers} --min-np 1 --max-np 8 --host-discovery-script /tmp/discover.sh "
-        f"--network-interfaces eth0 --verbose --log-level INFO python3 -u {script}"
+        f"--network-interfaces eth0 --gloo-timeout-seconds {GLOO_TIMEOUT_S} --verbose --log-level INFO "
+        f"python3 -u {script}"
     )
     train_volume = {"name": "train", "configMap": {"name": f"{name}-train"}}
     train_mount = {"name": "train", "mountPath": "/opt/train"}
@@ -109,7 +142,7 @@ class Run:
 
     def __init__(self, tb: cluster.Testbed, kube: Kube, job: str) -> None:
         self.tb, self.kube, self.job = tb, kube, job
-        self.known: set[str] = set()
+        self.written: dict[str, tuple[str, str]] = {}  # worker name -> (pod uid, IP) in the launcher's /etc/hosts
         self.launcher = ""
 
     async def start(self, image: str, workers: int) -> None:
@@ -123,33 +156,51 @@ class Run:
         await self.kube.create(horovod_job(self.job, image, workers))
 
     async def sync_hosts(self) -> None:
-        """Append `IP name` for each worker pod with an IP that the launcher's /etc/hosts lacks."""
+        """Make the launcher's /etc/hosts answer for each worker pod as a headless Service's records would:
+        a worker's name maps to its current pod's IP. A recreated pod (same name, new uid: scale-out reuses the
+        lowest free index) invalidates the old pod's line at once, so the name does not resolve to a stale IP
+        while the new pod has none; the new line is added once it has an IP."""
         if not self.launcher:
             running = [p for p in await self.kube.launcher_pods(self.job) if p["status"].get("phase") == "Running"]
             if not running:
                 return
             self.launcher = running[0]["metadata"]["name"]
-        lines = []
+        want: dict[str, str | None] = {}
+        uids: dict[str, str] = {}
         for pod in await self.kube.workers(self.job):
-            ip, name = pod["status"].get("podIP"), pod["metadata"]["name"]
-            if ip and f"{name}/{ip}" not in self.known and not pod["metadata"].get("deletionTimestamp"):
-                lines.append(f"{ip} {name}.{self.job}.{self.kube.ns}.svc {name}")
-                self.known.add(f"{name}/{ip}")
-        if lines:
-            text = "".join(line + "\n" for line in lines)
-            kubectl(
-                self.tb,
-                "-n",
-                self.kube.ns,
-                "exec",
-                "-i",
-                self.launcher,
-                "--",
-                "sh",
-                "-c",
-                "cat >> /etc/hosts",
-                input_text=text,
-            )
+            meta = pod["metadata"]
+            name, uid, ip = meta["name"], meta["uid"], pod["status"].get("podIP")
+            if meta.get("deletionTimestamp"):
+                continue  # the old line stays until a new pod takes the name (the rollback test relies on it)
+            written = self.written.get(name)
+            if ip and written != (uid, ip):
+                want[name] = ip
+            elif not ip and written and written[0] != uid:
+                want[name] = None
+            else:
+                continue
+            uids[name] = uid
+        if not want:
+            return
+        kubectl(
+            self.tb,
+            "-n",
+            self.kube.ns,
+            "exec",
+            "-i",
+            self.launcher,
+            "--",
+            "python3",
+            "-c",
+            EDIT_HOSTS,
+            f"{self.job}.{self.kube.ns}.svc",
+            input_text=json.dumps(want),
+        )
+        for name, ip in want.items():
+            if ip:
+                self.written[name] = (uids[name], ip)
+            else:
+                self.written.pop(name, None)
 
     async def keep_hosts_synced(self) -> None:
         while True:
@@ -157,6 +208,11 @@ class Run:
             with contextlib.suppress(AssertionError):
                 await self.sync_hosts()
             await asyncio.sleep(1)
+
+    def launcher_restarts(self) -> int:
+        """Restarts of the launcher's container: a new horovodrun starts over, so its log alone can look fine."""
+        out = kubectl(self.tb, "-n", self.kube.ns, "get", "pod", self.launcher, "-o", "json")
+        return sum(int(s.get("restartCount", 0)) for s in json.loads(out)["status"].get("containerStatuses", []))
 
     def log(self) -> str:
         if not self.launcher:
@@ -171,6 +227,19 @@ class Run:
             return check(self.log())
 
         return await eventually(probe, within=within, interval=1, what=what)
+
+
+def diagnostics(tb: cluster.Testbed, kube: Kube, run: Run) -> str:
+    """Processes and name resolution in each pod of the job, for a failure's post-mortem."""
+    out = []
+    pods = kubectl(tb, "-n", kube.ns, "get", "pods", "-o", "wide")
+    out.append(pods)
+    for line in pods.splitlines()[1:]:
+        name = line.split()[0]
+        for cmd in ("ps -eo pid,ppid,etime,args", "cat /etc/hosts", "cat /tmp/discovered 2>/dev/null"):
+            with contextlib.suppress(AssertionError, subprocess.TimeoutExpired):
+                out.append(f"--- {name}: {cmd}\n" + kubectl(tb, "-n", kube.ns, "exec", name, "--", "sh", "-c", cmd))
+    return "\n".join(out)
 
 
 def commits(log: str) -> list[tuple[int, int]]:
@@ -211,11 +280,15 @@ async def test_without_the_graceful_order_horovod_rolls_back_and_blacklists_the_
         await asyncio.sleep(10)
         runs2 = kubectl(tb, "-n", kube.ns, "exec", run.launcher, "--", "sh", "-c", "wc -l < /tmp/discovery-runs")
         print("horovod discovery runs during training:", runs.strip(), "then 10 s later", runs2.strip())
-        for v in victims:
-            kubectl(tb, "-n", kube.ns, "delete", "pod", v, "--grace-period=0", "--force", "--wait=false")
+        # Both in one call, as a lost node would take them: one by one, the second victim can still take part
+        # in Horovod's recovery from the first and then die inside its rendezvous (see the assert below).
+        kubectl(tb, "-n", kube.ns, "delete", "pod", *victims, "--grace-period=0", "--force", "--wait=false")
         log = await run.wait_log(lambda log: log if ROLLBACK.search(log) else None, "a rollback")
         log = await run.wait_log(lambda log: log if "blacklist failing host" in log else None, "a blacklisted host")
         assert any(f"blacklist failing host: {v}." in log for v in victims), log[-3000:]
+        # Not asserted: that training goes on at size 2. It usually does, but once (victims deleted one by one)
+        # the second died while the survivors were re-forming with it, they aborted at the Gloo timeout and the
+        # whole job failed: the ungraceful path can lose more than the two workers (docs/testbed.md).
     finally:
         syncer.cancel()
         await kube.delete(API_VERSION, "MPIJob", run.job)
@@ -232,10 +305,14 @@ async def test_horovod_elastic_keeps_training_through_a_targeted_scale_in_withou
     try:
         victims = [c.worker_name(run.job, 1), c.worker_name(run.job, 3)]
         mark = last_batch(run.log())
+        t0 = time.monotonic()
         await kube.patch_job(
             run.job,
             {"spec": {"elasticPolicy": {"workersToDelete": victims}, "mpiReplicaSpecs": {"Worker": {"replicas": 2}}}},
         )
+        await run.wait_log(lambda log: commits_after(log, mark, 2, 1), "a commit with 2 workers")
+        # Coarse (the test polls the launcher's log once a second): for docs/results.md, not asserted.
+        record(horovod_scale_in_to_first_commit_at_new_size_s=round(time.monotonic() - t0, 1))
         await run.wait_log(lambda log: commits_after(log, mark, 2, 3), "training going on with 2 workers")
 
         async def victims_gone() -> bool:
@@ -255,6 +332,38 @@ async def test_horovod_elastic_keeps_training_through_a_targeted_scale_in_withou
         assert sizes[0] == 4 and sizes[-1] == 2 and 3 not in sizes, sizes
         batches = [b for b, _ in commits(log)]
         assert batches == sorted(batches) and len(set(batches)) == len(batches), batches
+
+        # Scale-out: a third worker (the lowest free index, so hvd-worker-1 again: docs/elastic.md "Indexes")
+        # joins the ring. Only 3 hosts of 1 slot exist then, so a commit at size 3 means the new one has a rank.
+        mark = last_batch(run.log())
+        t0 = time.monotonic()
+        await kube.patch_job(run.job, {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 3}}}})
+        try:
+            await run.wait_log(lambda log: commits_after(log, mark, 3, 1), "a commit with 3 workers", within=360)
+            record(horovod_scale_out_to_first_commit_at_new_size_s=round(time.monotonic() - t0, 1))
+            log = await run.wait_log(
+                lambda log: log if commits_after(log, mark, 3, 3) else None, "training going on with 3 workers"
+            )
+            assert run.launcher_restarts() == 0, "the launcher's horovodrun exited and was restarted"
+        except BaseException:
+            print(diagnostics(tb, kube, run))
+            raise
+        assert not ROLLBACK.search(log), log[-3000:]
+        assert "blacklist" not in log, log[-3000:]
+        after = log[log.index(f"COMMIT batch={mark} ") :]
+        resets = [(int(b), int(s)) for b, s in RESET.findall(after)]
+        # The old ranks go on from where they were (a commit boundary) at the new size; nothing goes back.
+        assert resets and all(s == 3 and b >= mark and b % 5 == 0 for b, s in resets), resets
+        assert [s for _, s in commits(after)][-1] == 3, commits(after)
+        batches = [b for b, _ in commits(log)]
+        assert batches == sorted(batches) and len(set(batches)) == len(batches), batches
+        newcomer = c.worker_name(run.job, 1)
+        joined = kubectl(tb, "-n", kube.ns, "exec", newcomer, "--", "ps", "-eo", "args")
+        assert "elastic_train.py" in joined, joined
+        # The DNS stand-in answers with the new pod's address only (the deleted pod's line was invalidated).
+        new_ip = (await kube.get("v1", "Pod", newcomer))["status"]["podIP"]
+        resolved = kubectl(tb, "-n", kube.ns, "exec", run.launcher, "--", "getent", "ahostsv4", newcomer)
+        assert {line.split()[0] for line in resolved.splitlines()} == {new_ip}, resolved
 
     finally:
         syncer.cancel()

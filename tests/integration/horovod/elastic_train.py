@@ -21,11 +21,32 @@ y = x @ tf.constant([[1.0], [2.0], [3.0], [4.0]])
 w = tf.Variable(tf.zeros([4, 1]))
 
 
-class State(hvd.elastic.TensorFlowState):  # type: ignore[misc]
+class State(hvd.elastic.ObjectState):  # type: ignore[misc]
+    """The model's variables plus `batch`. Not hvd.elastic.TensorFlowState: in TF2's eager mode that one
+    broadcasts the variables in its constructor and never in sync(), so a worker added by a scale-out waits in
+    that broadcast while the others wait in sync()'s broadcast_object, and the ring hangs at the new size
+    (py-spy showed exactly that). Here every rank broadcasts the variables in sync(), at the same point."""
+
+    def __init__(self, variables: list[tf.Variable], **kwargs: int) -> None:
+        self.variables = variables
+        self._values = [v.numpy() for v in variables]
+        super().__init__(bcast_object=hvd.broadcast_object, get_rank=hvd.rank, **kwargs)
+
+    def save(self) -> None:
+        self._values = [v.numpy() for v in self.variables]
+        super().save()
+
     def restore(self) -> None:
         before = self.batch
+        for v, value in zip(self.variables, self._values, strict=True):
+            v.assign(value)
         super().restore()
         print(f"ROLLBACK from={before} to={self.batch}", flush=True)
+
+    def sync(self) -> None:
+        hvd.broadcast_variables(self.variables, root_rank=0)
+        self._values = [v.numpy() for v in self.variables]
+        super().sync()
 
 
 state = State(variables=[w], batch=0)
