@@ -29,7 +29,7 @@ from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import resync
 from mpijob.runtime.controller import Controller
 from mpijob.runtime.metrics import InstrumentedController, InstrumentedExecutor, Metrics
-from mpijob.runtime.served import wait_until_served
+from mpijob.runtime.served import WATCHED_BUILTINS, wait_until_served
 
 log = logging.getLogger("mpijob.operator")
 
@@ -169,8 +169,8 @@ async def run(
     api = await load_api_client(options.kubeconfig)
     client = Client(api, qps=options.qps, burst=options.burst)
     config = options.planner
-    # kopf reads discovery once at start: make sure it sees our CRD-backed kinds (runtime/served.py).
-    watched = [(GROUP, VERSION, PLURAL)]
+    # kopf reads discovery once at start: make sure it sees every kind we watch (runtime/served.py).
+    watched = [(GROUP, VERSION, PLURAL), *WATCHED_BUILTINS]
     if config.gang_scheduler:
         group, version = podgroups.api_version(config.gang_scheduler).split("/")
         watched.append((group, version, "podgroups"))
@@ -210,6 +210,10 @@ async def run(
     settings = kopf.OperatorSettings()
     settings.posting.enabled = False  # we post our own Events, on the MPIJob, only for decisions
     settings.watching.server_timeout = 300
+    # kopf's default is 5 min per request (discovery, list pages): a request hung across an API server
+    # restart would hold the start-up listing, hence every handler, for longer than a lease handover
+    # takes. Our own client's bound (60 s) instead; list pages are small (kopf pages them).
+    settings.networking.request_timeout = client.timeout
     settings.persistence.diffbase_storage = _NoDiffBase()
     settings.persistence.progress_storage = _NoProgress()
     stop = stop or asyncio.Event()

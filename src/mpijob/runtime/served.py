@@ -30,28 +30,40 @@ _NETWORK_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 SERVED, ABSENT, PENDING = "served", "absent", "pending"
 
 
+# Built-in groups (no CRD): discovery must list them, and right after a restart it may not (measured: an
+# operator's start-up scan missed batch/v1 and policy/v1).
+BUILTIN = frozenset({"", "batch", "policy", "rbac.authorization.k8s.io"})
+
+
 async def _listed(client: Client, group: str, version: str, plural: str) -> bool:
-    """Whether discovery lists the kind, as kopf's scan reads it."""
-    groups = (await client.get("/apis") or {}).get("groups") or []
-    if not any(
-        g.get("name") == group and any(v.get("version") == version for v in g.get("versions") or []) for g in groups
-    ):
+    """Whether discovery lists the kind, as kopf's scan reads it (/api for the core group, else /apis)."""
+    if group:
+        groups = (await client.get("/apis") or {}).get("groups") or []
+        listed = any(
+            g.get("name") == group and any(v.get("version") == version for v in g.get("versions") or []) for g in groups
+        )
+    else:
+        listed = version in ((await client.get("/api") or {}).get("versions") or [])
+    if not listed:
         return False
-    found = await client.get(f"/apis/{group}/{version}") or {}
+    found = await client.get(f"/apis/{group}/{version}" if group else f"/api/{version}") or {}
     return any(r.get("name") == plural for r in found.get("resources") or [])
 
 
 async def discovery_state(client: Client, group: str, version: str, plural: str) -> str:
     """SERVED: discovery lists the kind. ABSENT: no CRD serves it (kopf picks it up when one does).
-    PENDING: the CRD serves it but discovery does not list it yet, or the API server does not answer."""
+    PENDING: a built-in kind, or one whose CRD serves it, is not listed yet, or the API server does not
+    answer."""
     try:
         if await _listed(client, group, version, plural):
             return SERVED
     except ApiError as err:
-        if err.status != 404:
+        if err.status != 404 or group in BUILTIN:
             return PENDING
     except _NETWORK_ERRORS:
         return PENDING
+    if group in BUILTIN:
+        return PENDING  # always served once the API server is up
     try:
         crd: Any = await client.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.{group}")
     except ApiError as err:
@@ -84,3 +96,17 @@ async def wait_until_served(
             log.warning(
                 "%s/%s %s is not served (no CRD): it is watched once its CRD is created", group, version, plural
             )
+
+
+# The built-in kinds the controller indexes (runtime/controller.py registers them).
+WATCHED_BUILTINS: tuple[tuple[str, str, str], ...] = (
+    ("", "v1", "pods"),
+    ("", "v1", "services"),
+    ("", "v1", "configmaps"),
+    ("", "v1", "serviceaccounts"),
+    ("", "v1", "nodes"),
+    ("batch", "v1", "jobs"),
+    ("policy", "v1", "poddisruptionbudgets"),
+    ("rbac.authorization.k8s.io", "v1", "roles"),
+    ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+)
