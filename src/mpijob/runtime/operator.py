@@ -21,7 +21,6 @@ import kopf
 import orjson
 from kubernetes_asyncio import client as k8s_client
 
-from mpijob.api.models import GROUP, PLURAL, VERSION
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.kubeconfig import load_api_client
 from mpijob.planner import podgroups
@@ -29,7 +28,7 @@ from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import resync
 from mpijob.runtime.controller import Controller
 from mpijob.runtime.metrics import InstrumentedController, InstrumentedExecutor, Metrics
-from mpijob.runtime.served import WATCHED_BUILTINS, wait_until_served
+from mpijob.runtime.served import wait_until_served
 
 log = logging.getLogger("mpijob.operator")
 
@@ -169,8 +168,9 @@ async def run(
     api = await load_api_client(options.kubeconfig)
     client = Client(api, qps=options.qps, burst=options.burst)
     config = options.planner
-    # kopf reads discovery once at start: make sure it sees every kind we watch (runtime/served.py).
-    watched = [(GROUP, VERSION, PLURAL), *WATCHED_BUILTINS]
+    # kopf reads discovery once at start: make sure it sees every kind we cache (runtime/served.py); the
+    # relist's list of kinds is that list.
+    watched = [kind.resource for kind in resync.KINDS]
     if config.gang_scheduler:
         group, version = podgroups.api_version(config.gang_scheduler).split("/")
         watched.append((group, version, "podgroups"))

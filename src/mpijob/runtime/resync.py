@@ -47,6 +47,12 @@ class Kind:
     primary: str
     indexes: tuple[str, ...]
 
+    @property
+    def resource(self) -> tuple[str, str, str]:
+        """(group, version, plural) as discovery lists it, read from the list path ("" for the core group)."""
+        parts = self.path.strip("/").split("/")
+        return ("", parts[1], parts[2]) if parts[0] == "api" else (parts[1], parts[2], parts[3])
+
 
 KINDS: tuple[Kind, ...] = (
     Kind(

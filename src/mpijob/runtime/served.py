@@ -96,17 +96,3 @@ async def wait_until_served(
             log.warning(
                 "%s/%s %s is not served (no CRD): it is watched once its CRD is created", group, version, plural
             )
-
-
-# The built-in kinds the controller indexes (runtime/controller.py registers them).
-WATCHED_BUILTINS: tuple[tuple[str, str, str], ...] = (
-    ("", "v1", "pods"),
-    ("", "v1", "services"),
-    ("", "v1", "configmaps"),
-    ("", "v1", "serviceaccounts"),
-    ("", "v1", "nodes"),
-    ("batch", "v1", "jobs"),
-    ("policy", "v1", "poddisruptionbudgets"),
-    ("rbac.authorization.k8s.io", "v1", "roles"),
-    ("rbac.authorization.k8s.io", "v1", "rolebindings"),
-)
