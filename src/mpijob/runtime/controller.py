@@ -192,11 +192,7 @@ class Controller:
             # stream) cost more than the work itself (docs/design.md). kopf stores what this returns in
             # the index before it yields to the event loop, so no worker sees the key before the pod.
             self.stats.events += 1
-            fingerprint = _fingerprint(view)
-            if pods_seen.get((namespace, name)) == fingerprint:
-                self.stats.events_ignored += 1  # a status write that changes nothing the planner reads
-            else:
-                pods_seen[(namespace, name)] = fingerprint
+            if self._changed(pods_seen, (namespace, name), view):
                 for key in child_keys(namespace, name, labels, meta):
                     self.queue.add(key)
             return {(namespace, name): view}
@@ -247,12 +243,8 @@ class Controller:
                         seen.pop(ident, None)
                         if hid == "pod_events":
                             cache.pod_gone((str(ident[0]), str(ident[1])), str(meta.get("uid")))
-                    else:
-                        fingerprint = _fingerprint(view(_raw(kwargs["body"])))
-                        if seen.get(ident) == fingerprint:
-                            self.stats.events_ignored += 1
-                            return
-                        seen[ident] = fingerprint
+                    elif not self._changed(seen, ident, view(_raw(kwargs["body"]))):
+                        return
                 for key in mapper(**kwargs):
                     self.queue.add(key)
 
@@ -295,6 +287,17 @@ class Controller:
             )
             # Named exactly like its job, like the Service.
             on_event((group, version, "podgroups"), service_keys, "podgroup_events")
+
+    def _changed(self, seen: dict[tuple[Any, Any], int], ident: tuple[Any, Any], view: Any) -> bool:
+        """Whether this event changed what the planner reads of the object (remembered in `seen`); an event
+        that did not (a node heartbeat, a pod status write that changes nothing we read) is counted as
+        ignored."""
+        fingerprint = _fingerprint(view)
+        if seen.get(ident) == fingerprint:
+            self.stats.events_ignored += 1
+            return False
+        seen[ident] = fingerprint
+        return True
 
     def forget_ghost(self, kind: str, obj: dict[str, Any]) -> None:
         """Enqueues the jobs a cached object that is gone from the API server belonged to (before it is
