@@ -502,6 +502,8 @@ async def test_a_spot_interruption_on_one_of_two_real_nodes_removes_its_workers_
         assert run.launcher_restarts() == 0, "the launcher's horovodrun exited and was restarted"
         job = await kube.get(API_VERSION, "MPIJob", run.job)
         assert job is not None and job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+        said = [e["message"] for e in await kube.events(run.job) if e.get("reason") == "NodeTerminating"]
+        assert any(f"node {nodes[1]} " in m and all(v in m for v in victims) for m in said), said
     except BaseException:
         print(diagnostics(tb, kube, run))
         raise
