@@ -66,8 +66,10 @@ HERE = Path(__file__).parent / "horovod"
 # took over 30 s once, the old ranks aborted (`Wait timeout after 30 seconds for key(s): 2`) and the driver
 # stopped the job. A failed peer is still seen at once (its connections reset), so this only delays hangs.
 GLOO_TIMEOUT_S = 150
-COMMIT = re.compile(r"COMMIT batch=(\d+) size=(\d+)")
-RESET = re.compile(r"RESET batch=(\d+) size=(\d+)")
+# COMMIT and RESET must end where the script's line ends: Horovod's C++ logger writes into the same stdout, and
+# a line glued to its output must not yield a wrong number (elastic_train.py writes each line in one write).
+COMMIT = re.compile(r"COMMIT batch=(\d+) size=(\d+) loss=")
+RESET = re.compile(r"RESET batch=(\d+) size=(\d+)$", re.MULTILINE)
 ROLLBACK = re.compile(r"ROLLBACK from=(\d+) to=(\d+)")
 # Run in the launcher with {worker name: IP or None} on stdin and the workers' DNS suffix as argument. /etc/hosts
 # is the kubelet's file bind-mounted into the container: it cannot be replaced by a rename, and truncating it would
