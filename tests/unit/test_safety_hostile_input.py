@@ -12,8 +12,9 @@ from __future__ import annotations
 import pytest
 
 from mpijob.api import constants as c
-from mpijob.planner.plan import SLOW_START_CREATES, create_budget, plan
+from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import parse_time
+from mpijob.planner.worker_writes import SLOW_START_CREATES, create_budget
 
 from .builders import (
     created_names,

@@ -77,8 +77,10 @@ def _kind(write: Write) -> str:
 
 class PlanContext:
     """One plan of a valid job. Its inputs are read-only (Final); it builds two things: the new status
-    (`status`, compared with `old_status` at the end) and the plan by phase (`draft`). The worker decisions
-    themselves come from the pure steps of workers.py and elastic.py."""
+    (`status`, compared with `old_status` at the end) and the plan by phase (`draft`). It holds no other
+    state: the parts of a plan are module functions of it (job_status.py, worker_writes.py, backoff.py,
+    child_writes.py, finish.py), called in turn by plan.py; the worker decisions themselves come from the
+    pure steps of workers.py and elastic.py."""
 
     def __init__(self, snapshot: Snapshot, spec: MPIJobSpec) -> None:
         self.snapshot: Final = snapshot

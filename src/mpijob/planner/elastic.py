@@ -64,7 +64,7 @@ class Record:
     discovered: frozenset[str]
     # status.leavingWorkers: workers leaving at the last status write.
     leaving: frozenset[str]
-    # status.lastWorkerIndex, read strictly (see _Planner.last_worker_index).
+    # status.lastWorkerIndex, read strictly (see worker_writes.last_worker_index).
     last_index: int
     # Workers our (owned) ConfigMap's discovery list still names, as last written; all of them while the
     # listing is unknown (a ConfigMap without the list: a leaving worker is marked again, from now).

@@ -1,5 +1,6 @@
-"""The job's status: suspension, worker and launcher counts, the Running and BelowMinReplicas conditions, the
-ResourceConflict condition, finishing, and the status write (only when something changed).
+"""The job's status: the Created and SpecFixed conditions, suspension, worker and launcher counts, the Running
+and BelowMinReplicas conditions, the ResourceConflict condition, finishing, and the status write (only when
+something changed).
 
 Each function edits `ctx.status` (the JobStatus being built) of one PlanContext; `write_status` turns the
 difference from the last status into the one status write."""
@@ -23,6 +24,26 @@ from mpijob.planner.snapshot import (
     pod_ready,
 )
 from mpijob.planner.workers import WorkerPlan
+
+
+def spec_fixed(ctx: PlanContext) -> None:
+    """A bad edit was fixed: said in the InvalidSpec condition and an Event; the job goes on from where it was."""
+    if conditions.is_true(ctx.status, conditions.INVALID_SPEC):
+        conditions.set_condition(
+            ctx.status, conditions.INVALID_SPEC, False, "SpecFixed", "the spec is valid again", ctx.now
+        )
+        ctx.draft.status_events.append(Emit("Normal", "SpecFixed", "the spec is valid again; resuming"))
+
+
+def created(ctx: PlanContext) -> None:
+    """The Created condition, on a job's first plan."""
+    if not ctx.status.conditions:
+        ctx.condition(
+            conditions.CREATED,
+            True,
+            "MPIJobCreated",
+            f"MPIJob {meta(ctx.job).get('namespace')}/{ctx.name} is created.",
+        )
 
 
 def suspension(ctx: PlanContext, suspended: bool) -> None:
