@@ -3,7 +3,8 @@
     .venv/bin/python bench/plan_worst_case.py [--repeat 5] [--sizes 100,1000,10000]
 
 Elastic job with N Running workers, steady state, and status.lastWorkerIndex at its largest accepted value
-(99,999: the foreign-name scan runs up to it); static job at creation (slow start creates 16). Each number is
+(99,999: the foreign-name scan runs up to it); the same job the moment every worker has failed (all leave and
+are deleted in one plan); static job at creation (slow start creates 16). Each number is
 the best of --repeat plans of the same snapshot (the least disturbed by the other work of a shared machine).
 """
 
@@ -41,11 +42,13 @@ def main() -> None:
         pods = [worker(job, i, node=f"node-{i % 50}") for i in range(n)]
         steady = snap(job, pods, **existing_children(job))
         elastic_ms = best_ms(steady, args.repeat)
+        failed = [worker(job, i, node=f"node-{i % 50}", phase="Failed") for i in range(n)]
+        failed_ms = best_ms(snap(job, failed, **existing_children(job)), args.repeat)
         fresh = snap(mpijob(workers=n))
         static_ms = best_ms(fresh, args.repeat)
         print(
-            f"{n:>6} workers: elastic steady plan {elastic_ms:6.0f} ms; static first plan {static_ms:5.0f} ms"
-            f" (best of {args.repeat})"
+            f"{n:>6} workers: elastic steady plan {elastic_ms:6.0f} ms; all failed {failed_ms:6.0f} ms;"
+            f" static first plan {static_ms:5.0f} ms (best of {args.repeat})"
         )
 
 

@@ -4,7 +4,8 @@
   make every worker be born "leaving" (and deleted at once).
 - Timestamps and numbers read back from the API are parsed strictly: a bad one is ignored (and corrected
   where it is ours), never a crash loop.
-- Creates per reconcile start small and grow (slow start); a long list of bad names is one Event.
+- Creates per reconcile start small and grow (slow start); a long list of bad names is one Event; a mass
+  failure costs work linear in the workers.
 """
 
 from __future__ import annotations
@@ -140,3 +141,29 @@ def test_creates_per_reconcile_start_small_and_grow() -> None:
     # It grows: each batch is allowed about twice what exists.
     batches = [n for n in per_plan if n]
     assert batches[:3] == [16, 32, 96]
+
+
+class _CountedPod(dict[str, object]):
+    """A pod that counts how often it is compared whole with another."""
+
+    comparisons = 0
+
+    def __eq__(self, other: object) -> bool:
+        _CountedPod.comparisons += 1
+        return dict.__eq__(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_a_mass_failure_is_planned_without_comparing_pods_pairwise() -> None:
+    # Comparing each worker with a list of the others made a mass failure quadratic: 10,000 failed workers
+    # blocked the event loop ~13 s (bench/plan_worst_case.py), longer than the Lease's renew deadline.
+    n = 200
+    job = mpijob(workers=n, elastic_policy=elastic(1, n), status=running_status())
+    pods = [_CountedPod(worker(job, i, node=f"node-{i % 5}", phase="Failed")) for i in range(n)]
+    _CountedPod.comparisons = 0
+
+    actions = plan(snap(job, pods, **existing_children(job)))
+
+    assert len(actions.delete) == n  # every failed worker leaves and goes, as before
+    assert _CountedPod.comparisons < n

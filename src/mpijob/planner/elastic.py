@@ -185,6 +185,9 @@ def node_terminations(
         p for p in workers if name_of(p) not in listed and not is_leaving(p) and name_of(p) not in record.leaving
     ]
     external = [p for p in unaccounted if is_terminating(p) or pod_phase(p) in FINISHED_PHASES]
+    # By name, not `pod in external`: comparing pods pairwise made a mass failure quadratic (10,000 failed
+    # workers: seconds of a blocked event loop, longer than the Lease's renew deadline).
+    external_names = {name_of(p) for p in external}
     # Serving at the last status write, now gone without our doing (deleted while we were down, or with
     # no grace period). Counted only once a live read confirmed it: absence from the cache alone may be a
     # watch gap or a cache behind (issue 8, rule 1).
@@ -197,12 +200,12 @@ def node_terminations(
     held: list[Obj] = []
     if not suspended and termination_policy is not NodeTerminationPolicy.IGNORE:
         for pod in unaccounted:
-            if pod in external:
+            if name_of(pod) in external_names:
                 continue
             signal = node_signal(snapshot, pod_node(pod))
             if signal is not None:
                 signals.append(Signal(pod, pod_node(pod) or "", signal))
-        serving = [p for p in unaccounted if p not in external and pod_phase(p) == "Running"]
+        serving = [p for p in unaccounted if name_of(p) not in external_names and pod_phase(p) == "Running"]
         signals, held = hold_soft_signals(signals, serving, policy.min_replicas, job_name)
     scale_in = termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended
     additions = [name_of(s.pod) for s in signals]
@@ -353,13 +356,15 @@ def deletions(
     grace = timedelta(seconds=policy.scale_in_grace_period_seconds)
     marked_now = {name_of(leave.pod) for leave in to_leave}
     leaving = list(on_the_way_out)
+    seen = set(leaving)  # `name in leaving` made a mass departure quadratic
     to_delete: list[Obj] = []
     wake_after: float | None = None
     for pod in workers:
         name = name_of(pod)
-        if name in leaving or not (is_leaving(pod) or name in marked_now):
+        if name in seen or not (is_leaving(pod) or name in marked_now):
             continue
         leaving.append(name)
+        seen.add(name)
         if is_terminating(pod):
             continue
         since: datetime = now if name in marked_now else leaving_since(pod, now)
