@@ -23,19 +23,19 @@ def replacement_backoff(ctx: PlanContext, decided: WorkerPlan) -> WorkerPlan:
     failures are replaced at once; then each new failure waits 10 s, 20 s, ... up to 5 min after the last
     failure. The count is forgotten after 10 quiet minutes."""
     failed_now = decided.failures  # counted by elastic.new_failures
-    recorded = ctx.status.recent_worker_failures
+    recorded = ctx.draft.new_status.recent_worker_failures
     count = recorded if recorded is not None and recorded <= MAX_RECORDED_FAILURES else 0
     # Written, even if unreadable (then it goes at the next status write).
     written = recorded is not None or "recentWorkerFailures" in ctx.previous.invalid
-    last = parse_time(ctx.status.last_worker_failure_time)
+    last = parse_time(ctx.draft.new_status.last_worker_failure_time)
     if failed_now:
         count += failed_now
         last = ctx.snapshot.now
-        ctx.status.recent_worker_failures = count
-        ctx.status.last_worker_failure_time = ctx.now
+        ctx.draft.new_status.recent_worker_failures = count
+        ctx.draft.new_status.last_worker_failure_time = ctx.now
     elif written and (last is None or (ctx.snapshot.now - last).total_seconds() >= BACKOFF_RESET_SECONDS):
-        ctx.status.recent_worker_failures = None
-        ctx.status.last_worker_failure_time = None
+        ctx.draft.new_status.recent_worker_failures = None
+        ctx.draft.new_status.last_worker_failure_time = None
         return decided
     if count < BACKOFF_AFTER or not decided.to_create or last is None:
         return decided

@@ -111,7 +111,7 @@ def ensure_config_map(ctx: PlanContext, decided: WorkerPlan) -> str:
         ctx.draft.discovery.append(patch)
         if _drops_hosts(discovery.listed_hosts(current.get("data") or {}), listed):
             ctx.draft.dropping_hosts.append(patch)
-    ctx.status.discovered_hosts = list(decided.discovery_names)
+    ctx.draft.new_status.discovered_hosts = list(decided.discovery_names)
     return listed
 
 
@@ -202,7 +202,7 @@ def ensure_secret(ctx: PlanContext) -> None:
         return
     if ("Secret", name) in ctx.snapshot.created:
         uid = ctx.snapshot.created[("Secret", name)]
-        ctx.status.ssh_secret_uid = uid or ""
+        ctx.draft.new_status.ssh_secret_uid = uid or ""
         if not uid:
             ctx.draft.secret_taken = True
             ctx.draft.conflicts.append(f"Secret {name}")
@@ -215,7 +215,7 @@ def ensure_secret(ctx: PlanContext) -> None:
         return
     # The status write right after the create then says "created" (no sshSecretUID, with conditions),
     # also when retrying after a conflict ("" would otherwise survive a restart before the uid is recorded).
-    ctx.status.ssh_secret_uid = None
+    ctx.draft.new_status.ssh_secret_uid = None
     ctx.draft.secret.append(ctx.creation(children.ssh_secret(ctx.job), ssh=True, exclusive=True))
 
 

@@ -14,7 +14,7 @@ from mpijob.planner.workers import FINISHED_PHASES
 
 
 def finished(ctx: PlanContext) -> None:
-    status = ctx.status
+    status = ctx.draft.new_status
     # Running is cleared when the job finishes (reference #787).
     if conditions.get_condition(status, conditions.RUNNING) is None or conditions.is_true(status, conditions.RUNNING):
         conditions.set_condition(status, conditions.RUNNING, False, "MPIJobFinished", "MPIJob finished", ctx.now)
@@ -37,7 +37,7 @@ def clean_pods(ctx: PlanContext) -> None:
             ctx.delete_pod(pod, f"job finished (cleanPodPolicy {policy.value})")
     deleted = {a.name for a in ctx.draft.delete}
     remaining = [p for p in ctx.workers if not is_terminating(p) and name_of(p) not in deleted]
-    worker_status = ctx.status.replica_statuses.get("Worker")
+    worker_status = ctx.draft.new_status.replica_statuses.get("Worker")
     if worker_status is not None:
         worker_status.active = sum(1 for p in remaining if pod_phase(p) == "Running")
         worker_status.ready = sum(1 for p in remaining if pod_ready(p))
@@ -47,7 +47,7 @@ def expire(ctx: PlanContext) -> None:
     """ttlSecondsAfterFinished: the job is deleted (phase finish, after the status write, so the final
     status and its Event go out first) once it has passed, else the plan wakes up then."""
     ttl = ctx.spec.run_policy.ttl_seconds_after_finished
-    done = parse_time(ctx.status.completion_time)
+    done = parse_time(ctx.draft.new_status.completion_time)
     if ttl is None or done is None:
         return
     left = (done - ctx.snapshot.now).total_seconds() + ttl

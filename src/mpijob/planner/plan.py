@@ -72,10 +72,10 @@ def plan(snapshot: Snapshot) -> Plan:
     ctx = PlanContext(snapshot, spec)
     job_status.spec_fixed(ctx)
     job_status.created(ctx)
-    if not conditions.is_finished(ctx.status):
+    if not conditions.is_finished(ctx.draft.new_status):
         # Checked first: a job whose launcher already finished gets no new workers or children.
         job_status.detect_finish(ctx)
-    if conditions.is_finished(ctx.status):
+    if conditions.is_finished(ctx.draft.new_status):
         finish.finished(ctx)
     else:
         active(ctx)

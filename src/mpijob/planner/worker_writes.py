@@ -35,13 +35,13 @@ def last_worker_index(ctx: PlanContext) -> int:
     """status.lastWorkerIndex, read strictly: anything but an integer in [0, MAX_WORKER_INDEX] (a status
     writer's typo, a huge number that would make worker names invalid) is ignored; the highest index
     of an existing worker takes its place, and the next status write corrects it."""
-    value = ctx.status.last_worker_index
+    value = ctx.draft.new_status.last_worker_index
     if value is not None and 0 <= value <= MAX_WORKER_INDEX:
         return value
     if value is not None or "lastWorkerIndex" in ctx.previous.invalid:
         taken = [i for p in ctx.workers if (i := constants.worker_index(ctx.name, name_of(p))) is not None]
-        ctx.status.last_worker_index = max(taken) if taken else None
-    return -1 if ctx.status.last_worker_index is None else ctx.status.last_worker_index
+        ctx.draft.new_status.last_worker_index = max(taken) if taken else None
+    return -1 if ctx.draft.new_status.last_worker_index is None else ctx.draft.new_status.last_worker_index
 
 
 def decide(ctx: PlanContext, suspended: bool) -> WorkerPlan:
@@ -131,7 +131,7 @@ def delete_and_create(ctx: PlanContext, decided: WorkerPlan, suspended: bool) ->
         podgroups.decorate(pod["metadata"], pod["spec"], ctx.name, config.gang_scheduler)
         ctx.draft.create.append(ctx.creation(pod))
     if decided.to_create:
-        ctx.status.last_worker_index = max([*decided.to_create, last_worker_index(ctx)])
+        ctx.draft.new_status.last_worker_index = max([*decided.to_create, last_worker_index(ctx)])
     for name in decided.foreign_names:
         ctx.draft.conflicts.append(f"Pod {name}")
     if decided.wake_after is not None:
