@@ -26,6 +26,7 @@ from .builders import (
     mpijob,
     running_status,
     snap,
+    spec_patches,
     status_of,
     template,
     worker,
@@ -114,6 +115,19 @@ def test_bad_last_worker_index_is_ignored_and_corrected(value: object) -> None:
     assert created_names(actions, "Pod") == ["pi-worker-5"]
     written = status_of(actions)
     assert written is not None and written["lastWorkerIndex"] == 5
+
+
+@pytest.mark.parametrize("junk", ["pi-worker-\u00b2", "pi-worker-\u0663"])
+def test_a_worker_name_with_non_ascii_digits_in_the_status_is_not_a_worker(junk: str) -> None:
+    # "²" made the plan raise at every reconcile; "٣" read as index 3, so a live read was asked for (and,
+    # once it answered "no such pod", the name counted as a lost worker). Nothing has been read live here.
+    status = running_status()
+    status["discoveredHosts"] = ["pi-worker-0", "pi-worker-1", junk]
+    job = mpijob(workers=2, elastic_policy=elastic(1, 4), status=status)
+
+    actions = plan(snap(job, [worker(job, 0), worker(job, 1)], checks={}, **existing_children(job)))
+
+    assert not actions.confirm and not spec_patches(actions) and not actions.delete
 
 
 def test_a_thousand_bad_names_are_one_event() -> None:

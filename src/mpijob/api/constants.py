@@ -83,6 +83,7 @@ def worker_index(job: str, pod_name: str) -> int | None:
     if not pod_name.startswith(prefix):
         return None
     rest = pod_name[len(prefix) :]
-    if not rest.isdigit() or (len(rest) > 1 and rest[0] == "0"):
+    # ASCII only: str.isdigit() also takes "²" (int() then raises) and "٣" (int() reads 3).
+    if not (rest.isascii() and rest.isdigit()) or (len(rest) > 1 and rest[0] == "0"):
         return None
     return int(rest)
