@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from mpijob.api import constants as c
@@ -24,6 +26,7 @@ from .builders import (
     emits,
     existing_children,
     mpijob,
+    patched_pods,
     running_status,
     snap,
     spec_patches,
@@ -181,3 +184,31 @@ def test_a_mass_failure_is_planned_without_comparing_pods_pairwise() -> None:
 
     assert len(actions.delete) == n  # every failed worker leaves and goes, as before
     assert _CountedPod.comparisons < n
+
+
+class _LookupBudget(dict[str, object]):
+    """The namespace's pods by name, failing the test (instead of hanging it) past a number of lookups."""
+
+    def __init__(self, pods: dict[str, object], budget: int) -> None:
+        super().__init__(pods)
+        self.left = budget
+
+    def get(self, key: str, default: object = None) -> object:  # type: ignore[override]
+        self.left -= 1
+        assert self.left >= 0, "unbounded scan of worker names"
+        return super().get(key, default)
+
+
+def test_a_worker_of_ours_with_a_huge_index_does_not_make_the_plan_scan_to_it() -> None:
+    # A pod the job owns (ownerReference, worker label) named by hand "<job>-worker-1000000000000": the scan
+    # for foreign names used to run up to its index, blocking the event loop for hours.
+    job = mpijob(workers=2, elastic_policy=elastic(1, 4), status=running_status())
+    pods = [worker(job, 0), worker(job, 1), worker(job, 10**12)]
+    snapshot = snap(job, pods, **existing_children(job))
+    snapshot = replace(snapshot, pods_by_name=_LookupBudget(dict(snapshot.pods_by_name), 1_000_000))
+
+    actions = plan(snapshot)
+
+    # One worker too many: the one with the highest index leaves (ranking), nothing is created.
+    assert patched_pods(actions) == [c.worker_name("pi", 10**12)]
+    assert not creates(actions, "Pod")

@@ -56,6 +56,11 @@ def launcher_name(job: str) -> str:
     return f"{job}-launcher"
 
 
+# The highest index allocated: worker names "<job>-worker-<index>" stay DNS labels (<= 63) for job names up to
+# 50 characters.
+MAX_WORKER_INDEX = 99_999
+
+
 def worker_name(job: str, index: int) -> str:
     return f"{job}-worker-{index}"
 

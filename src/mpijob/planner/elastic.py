@@ -404,7 +404,10 @@ def growth(
     target = 0 if suspended else terminations.replicas
     surge = 0 if suspended else len(terminations.held)
     taken = {index_of(job_name, p) for p in workers}
-    ceiling = max([record.last_index, *taken], default=-1) + terminations.replicas + 1
+    # The scan for foreign names stops above the highest index we allocate, whatever a pod of ours is named
+    # (one named "<job>-worker-1000000000000" by hand made it run for hours).
+    highest = min(max([record.last_index, *taken], default=-1), constants.MAX_WORKER_INDEX)
+    ceiling = highest + terminations.replicas + 1
     # A foreign name is skipped wherever new indexes go; those below the ceiling are reported.
     foreign = tuple(constants.worker_name(job_name, i) for i in foreign_indexes(snapshot, job_name, ceiling))
     if len(kept) >= target + surge:

@@ -22,8 +22,6 @@ from mpijob.planner.workers import WorkerPlan, plan_static
 
 SLOW_START_CREATES = 16
 MAX_CREATES_PER_RECONCILE = 500
-# Worker names "<job>-worker-<index>" stay DNS labels (<= 63) for names up to 50 characters.
-MAX_WORKER_INDEX = 99_999
 
 
 def create_budget(existing_workers: int) -> int:
@@ -36,7 +34,7 @@ def last_worker_index(ctx: PlanContext) -> int:
     writer's typo, a huge number that would make worker names invalid) is ignored; the highest index
     of an existing worker takes its place, and the next status write corrects it."""
     value = ctx.draft.new_status.last_worker_index
-    if value is not None and 0 <= value <= MAX_WORKER_INDEX:
+    if value is not None and 0 <= value <= constants.MAX_WORKER_INDEX:
         return value
     if value is not None or "lastWorkerIndex" in ctx.previous.invalid:
         taken = [i for p in ctx.workers if (i := constants.worker_index(ctx.name, name_of(p))) is not None]
