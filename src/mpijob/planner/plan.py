@@ -27,6 +27,9 @@ from mpijob.planner.draft import PlanContext, merge_patch_to, status_patch
 from mpijob.planner.snapshot import Obj, Snapshot, format_time, is_owned_by, is_terminating, meta, name_of
 from mpijob.planner.workers import absences_to_confirm
 
+# The Failed reason of a job refused at its first plan.
+INVALID_SPEC_REASON = "InvalidSpec"
+
 
 def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
     """Parses the spec and checks the cross-field rules: the same definitions the CRD is generated from
@@ -107,10 +110,18 @@ def active(ctx: PlanContext) -> None:
 
 
 def _started(snapshot: Snapshot) -> bool:
-    """Whether the job ever ran or has anything running: then a bad spec is an edit, not a bad job."""
+    """Whether a valid plan ever accepted the job (or anything of it runs): then a bad spec is an edit, not a
+    bad job. Read first from the job's own status, which the first valid plan writes (Created) before it
+    creates anything: a job queued suspended (Kueue) has no start time, pods or launcher yet, and a launcher
+    created moments ago may not be in the cache yet. Only a job refused at its first plan (Failed with
+    reason InvalidSpec, written together with Created by `_invalid`) was never accepted."""
     launcher = snapshot.launcher
+    status = conditions.read_status(snapshot.job.get("status"))
+    failed = conditions.get_condition(status, conditions.FAILED)
+    refused = failed is not None and failed.status == "True" and failed.reason == INVALID_SPEC_REASON
     return (
-        bool(conditions.read_status(snapshot.job.get("status")).start_time)
+        (conditions.get_condition(status, conditions.CREATED) is not None and not refused)
+        or bool(status.start_time)
         or bool(snapshot.owned_pods)
         or (launcher is not None and is_owned_by(launcher, snapshot.job))
     )
@@ -152,7 +163,7 @@ def _invalid(snapshot: Snapshot, errors: list[str]) -> Plan:
     message = "; ".join(errors)
     if not status.conditions:
         conditions.set_condition(status, conditions.CREATED, True, "MPIJobCreated", "MPIJob is created.", now)
-    flipped = conditions.set_condition(status, conditions.FAILED, True, "InvalidSpec", message, now)
+    flipped = conditions.set_condition(status, conditions.FAILED, True, INVALID_SPEC_REASON, message, now)
     if status.completion_time is None:
         status.completion_time = now
     patch = status_patch(snapshot.job, old, status, now)
