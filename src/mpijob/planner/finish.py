@@ -5,7 +5,7 @@ ttlSecondsAfterFinished has passed."""
 from __future__ import annotations
 
 from mpijob.api.models import API_VERSION, CleanPodPolicy
-from mpijob.planner import child_writes, job_status
+from mpijob.planner import child_writes, job_status, worker_writes
 from mpijob.planner import status as conditions
 from mpijob.planner.actions import Delete, Emit
 from mpijob.planner.draft import PlanContext
@@ -30,11 +30,18 @@ def clean_pods(ctx: PlanContext) -> None:
     """Deletes the workers cleanPodPolicy names (none by default), and keeps the worker counts true after
     the cleanup (the Ready column of `kubectl get`)."""
     policy = ctx.spec.run_policy.clean_pod_policy or CleanPodPolicy.NONE
-    for pod in ctx.workers:
-        if is_terminating(pod):
-            continue
-        if policy is CleanPodPolicy.ALL or (policy is CleanPodPolicy.RUNNING and pod_phase(pod) not in FINISHED_PHASES):
-            ctx.delete_pod(pod, f"job finished (cleanPodPolicy {policy.value})")
+    running_only = policy is CleanPodPolicy.RUNNING
+    doomed = [
+        pod
+        for pod in ctx.workers
+        if not is_terminating(pod)
+        and (policy is CleanPodPolicy.ALL or (running_only and pod_phase(pod) not in FINISHED_PHASES))
+    ]
+    # Bounded work per reconcile, as for an active job's deletes; the rest go in the next reconciles.
+    for pod in doomed[: worker_writes.MAX_DELETES_PER_RECONCILE]:
+        ctx.delete_pod(pod, f"job finished (cleanPodPolicy {policy.value})")
+    if len(doomed) > worker_writes.MAX_DELETES_PER_RECONCILE:
+        ctx.draft.wake.append(worker_writes.BUDGET_REQUEUE_SECONDS)
     deleted = {a.name for a in ctx.draft.delete}
     remaining = [p for p in ctx.workers if not is_terminating(p) and name_of(p) not in deleted]
     worker_status = ctx.draft.new_status.replica_statuses.get("Worker")

@@ -92,7 +92,8 @@ def active(ctx: PlanContext) -> None:
     suspended = ctx.spec.run_policy.suspend
     job_status.suspension(ctx, suspended)
     child_writes.ensure_service(ctx)
-    decided = worker_writes.decide(ctx, suspended)
+    # Bounded work per reconcile: at most so many marks and deletes (creates: see create_budget).
+    decided = worker_writes.within_budget(ctx, worker_writes.decide(ctx, suspended))
     worker_writes.record_decisions(ctx, decided)
     worker_writes.mark_leaving(ctx, decided)
     listed = child_writes.ensure_config_map(ctx, decided)

@@ -22,6 +22,12 @@ from mpijob.planner.workers import WorkerPlan, plan_static
 
 SLOW_START_CREATES = 16
 MAX_CREATES_PER_RECONCILE = 500
+# Leaving marks and pod deletes one reconcile may send (a 10,000-worker job suspended or scaled down must not
+# send 20,000 writes from one reconcile, out of the operator's one QPS budget); the rest follow in the next
+# reconciles, woken by the pods' watch events and, at the latest, after BUDGET_REQUEUE_SECONDS.
+MAX_MARKS_PER_RECONCILE = 500
+MAX_DELETES_PER_RECONCILE = 500
+BUDGET_REQUEUE_SECONDS = 1.0
 
 
 def create_budget(existing_workers: int) -> int:
@@ -53,6 +59,22 @@ def decide(ctx: PlanContext, suspended: bool) -> WorkerPlan:
         last_index=last_worker_index(ctx),
         previous=ctx.previous.status,
     )
+
+
+def within_budget(ctx: PlanContext, decided: WorkerPlan) -> WorkerPlan:
+    """The decisions, with at most MAX_MARKS_PER_RECONCILE leaving marks and MAX_DELETES_PER_RECONCILE
+    deletes; the next reconcile decides the rest again. Workers on a terminating node are marked first. A
+    worker that leaves now is deleted only with its mark (a deleted worker always carries its leaving time);
+    all leavers are out of discovery at once, whatever the budget (one write)."""
+    signalled = {name_of(signal.pod) for signal in decided.signals}
+    leaves = sorted(decided.to_leave, key=lambda leave: name_of(leave.pod) not in signalled)
+    marked = leaves[:MAX_MARKS_PER_RECONCILE]
+    unmarked = {name_of(leave.pod) for leave in leaves[len(marked) :]}
+    deletes = [pod for pod in decided.to_delete if name_of(pod) not in unmarked]
+    bounded = replace(decided, to_leave=tuple(marked), to_delete=tuple(deletes[:MAX_DELETES_PER_RECONCILE]))
+    if unmarked or len(deletes) > MAX_DELETES_PER_RECONCILE:
+        ctx.draft.wake.append(BUDGET_REQUEUE_SECONDS)
+    return bounded
 
 
 def record_decisions(ctx: PlanContext, decided: WorkerPlan) -> None:
