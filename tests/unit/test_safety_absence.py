@@ -15,6 +15,7 @@ from mpijob.planner.workers import MAX_CONFIRMATIONS
 from .builders import (
     deleted_pods,
     elastic,
+    emits,
     existing_children,
     mpijob,
     node,
@@ -22,6 +23,7 @@ from .builders import (
     running_status,
     snap,
     spec_patches,
+    status_of,
     worker,
 )
 from .world import World
@@ -123,3 +125,101 @@ def test_world_node_deleted_is_confirmed_by_a_read_then_scaled_in() -> None:
     assert world.replicas("pi") == 2
     assert all(world.pod(n)["spec"]["nodeName"] == "node-1" for n in world.kept_workers("pi"))
     assert not [a for a in world.applied if isinstance(a, Create | Delete | Patch) and getattr(a, "kind", "") == "Node"]
+
+
+# -- a removal request for a worker the cache does not show yet -------------------------------------------
+
+
+def _listing(to_delete: list[str], *, suspend: bool = False) -> dict:  # type: ignore[type-arg]
+    """A job that has allocated indexes 0-3 (lastWorkerIndex 3: pi-worker-3 was created moments ago, its
+    watch event not delivered yet) and lists `to_delete`."""
+    status = running_status()
+    status["lastWorkerIndex"] = 3
+    job = mpijob(
+        workers=4,
+        elastic_policy=elastic(1, 8, workers_to_delete=to_delete),
+        status=status,
+        run_policy={"suspend": suspend} if suspend else None,
+    )
+    return job
+
+
+def test_a_listed_worker_missing_from_the_cache_is_confirmed_before_its_name_is_dropped() -> None:
+    job = _listing(["pi-worker-3"])
+
+    actions = plan(snap(job, _pods(job), checks={}, **existing_children(job)))
+
+    assert list(actions) == [ConfirmAbsence("Pod", "pi-worker-3")]
+
+
+def test_a_listed_worker_the_api_server_has_stays_listed_until_the_cache_shows_it() -> None:
+    job = _listing(["pi-worker-3"])
+    checks = {("Pod", "pi-worker-3"): False}  # created moments ago: the cache is behind
+
+    actions = plan(snap(job, _pods(job), checks=checks, **existing_children(job)))
+
+    assert spec_patches(actions) == []  # the name stays in workersToDelete
+    assert not [e for e in emits(actions, "Warning", "InvalidWorkerToDelete")]
+    status = status_of(actions)
+    # Not recorded as leaving either: a leaving name whose pod is absent is dropped as gone.
+    assert status is None or "pi-worker-3" not in (status.get("leavingWorkers") or [])
+
+
+def test_a_listed_worker_confirmed_absent_is_dropped_with_a_warning() -> None:
+    job = _listing(["pi-worker-3"])
+
+    actions = plan(snap(job, _pods(job), checks={("Pod", "pi-worker-3"): True}, **existing_children(job)))
+
+    [warning] = emits(actions, "Warning", "InvalidWorkerToDelete")
+    assert "spec.elasticPolicy.workersToDelete" in warning.message and "no such pod" in warning.message
+    [spec] = spec_patches(actions)
+    assert spec.patch == {"spec": {"elasticPolicy": {"workersToDelete": []}}}
+
+
+def test_a_name_the_job_never_allocated_is_dropped_at_once_without_a_read() -> None:
+    job = _listing(["pi-worker-4", "other-worker-0", "nope"])
+
+    actions = plan(snap(job, _pods(job), checks={}, **existing_children(job)))
+
+    assert not actions.confirm
+    [warning] = emits(actions, "Warning", "InvalidWorkerToDelete")
+    assert all(repr(n) in warning.message for n in ("pi-worker-4", "other-worker-0", "nope"))
+
+
+def test_a_suspended_job_confirms_a_listed_worker_missing_from_the_cache_too() -> None:
+    job = _listing(["pi-worker-3"], suspend=True)
+
+    actions = plan(snap(job, _pods(job), checks={}, **existing_children(job)))
+
+    assert list(actions) == [ConfirmAbsence("Pod", "pi-worker-3")]
+
+
+def test_world_a_worker_listed_before_the_cache_shows_it_is_removed_once_it_does() -> None:
+    world = World()
+    world.add_nodes("node-1")
+    world.add(mpijob(workers=3, elastic_policy=elastic(1, 8, grace=0)))
+    world.settle("pi")
+    # A scale-up creates pi-worker-3; the user lists it (and scales back) before the operator's cache
+    # shows it.
+    world.job("pi")["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 4
+    world.reconcile("pi")
+    assert "pi-worker-3" in world.worker_names("pi")
+    world.uncached.add("pi-worker-3")
+    world.job("pi")["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 3
+    world.job("pi")["spec"]["elasticPolicy"]["workersToDelete"] = ["pi-worker-3"]
+    reads = world.reads
+
+    for _ in range(3):
+        world.reconcile("pi")
+
+    assert world.workers_to_delete("pi") == ["pi-worker-3"]
+    assert world.reads > reads  # each reconcile asked the API server, which still has the pod
+    assert not [e for e in world.events if e.type == "Warning"]
+
+    world.uncached.clear()
+    world.settle("pi")
+
+    assert "pi-worker-3" not in world.worker_names("pi")
+    assert sorted(world.worker_names("pi")) == ["pi-worker-0", "pi-worker-1", "pi-worker-2"]
+    assert world.workers_to_delete("pi") == []
+    assert not [e for e in world.events if e.type == "Warning"]

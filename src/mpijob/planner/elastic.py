@@ -42,6 +42,7 @@ from mpijob.planner.workers import (
     Leave,
     Signal,
     WorkerPlan,
+    allocated_up_to,
     describe_bad_name,
     foreign_indexes,
     hold_soft_signals,
@@ -49,6 +50,7 @@ from mpijob.planner.workers import (
     is_foreign,
     is_leaving,
     leaving_since,
+    may_be_uncached_worker,
     node_signal,
     unreadable_leaving_since,
     workers_of,
@@ -98,10 +100,17 @@ class Listing:
 
     listed: tuple[str, ...]
     events: tuple[Emit, ...]
+    # Listed names of workers the cache does not show but that may exist (see `may_be_uncached_worker`):
+    # kept listed, not counted as leaving, until the pod shows up or a live read confirms it absent.
+    pending: frozenset[str] = frozenset()
 
 
 def clean_listing(snapshot: Snapshot, names: Sequence[str], by_name: Mapping[str, Obj], record: Record) -> Listing:
     """Drops names that are gone (done) or were never this job's workers (one Warning).
+
+    Absence from the cache alone drops nothing that may be a worker of this job: a worker created moments
+    ago that the cache does not show yet keeps its name listed (pending) until it shows up or a live read
+    confirms it absent; only then is it "no such pod".
 
     A gone worker that was in discovery at the last status write was ours too: removed by someone else
     (eviction, a delete with no grace) before the reconcile that listed it could mark it leaving. While the
@@ -112,6 +121,8 @@ def clean_listing(snapshot: Snapshot, names: Sequence[str], by_name: Mapping[str
     gone: list[str] = []
     being_deleted: list[str] = []
     bad: list[str] = []
+    pending: list[str] = []
+    allocated = allocated_up_to(snapshot, list(by_name.values()))
     for name in dict.fromkeys(names):
         pod = by_name.get(name)
         if pod is None:
@@ -119,6 +130,9 @@ def clean_listing(snapshot: Snapshot, names: Sequence[str], by_name: Mapping[str
                 listed.append(name)
             elif name in record.leaving:
                 gone.append(name)
+            elif may_be_uncached_worker(snapshot, name, allocated) and not snapshot.confirmed_absent("Pod", name):
+                listed.append(name)
+                pending.append(name)
             else:
                 bad.append(f"{name!r} {describe_bad_name(snapshot, name)}")
         elif is_terminating(pod) and (is_leaving(pod) or name in record.leaving):
@@ -138,7 +152,7 @@ def clean_listing(snapshot: Snapshot, names: Sequence[str], by_name: Mapping[str
         )
         message = f"spec.elasticPolicy.workersToDelete: {shown}; dropped from the list"
         events.append(Emit("Warning", "InvalidWorkerToDelete", message))
-    return Listing(tuple(listed), tuple(events))
+    return Listing(tuple(listed), tuple(events), frozenset(pending))
 
 
 @dataclass(frozen=True)
@@ -152,6 +166,8 @@ class Terminations:
     workers_to_delete: tuple[str, ...]
     replicas: int
     events: tuple[Emit, ...]
+    # Listed names whose workers the cache does not show yet (Listing.pending).
+    pending: frozenset[str] = frozenset()
 
 
 def effective_termination_policy(snapshot: Snapshot, policy: ElasticPolicy) -> NodeTerminationPolicy:
@@ -224,6 +240,7 @@ def node_terminations(
         workers_to_delete=(*listing.listed, *(n for n in additions if n not in listed)),
         replicas=new_replicas,
         events=tuple(events),
+        pending=listing.pending,
     )
 
 
@@ -375,9 +392,10 @@ def deletions(
         else:
             wait = (due - now).total_seconds()
             wake_after = wait if wake_after is None else min(wake_after, wait)
-    # Listed workers already gone show as leaving until the next reconcile drops their names (step 2).
+    # Listed workers already gone show as leaving until the next reconcile drops their names (step 2); not
+    # those the cache does not show yet (a name recorded as leaving is dropped once its pod is absent).
     present = {name_of(p) for p in workers}
-    leaving += [n for n in terminations.workers_to_delete if n not in present]
+    leaving += [n for n in terminations.workers_to_delete if n not in present and n not in terminations.pending]
     return leaving, to_delete, wake_after
 
 

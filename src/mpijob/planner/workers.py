@@ -10,6 +10,7 @@ Vocabulary:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -140,15 +141,29 @@ MAX_CONFIRMATIONS = 16
 
 
 def absences_to_confirm(snapshot: Snapshot, spec: MPIJobSpec) -> list[tuple[str, str]]:
-    """(kind, name) of objects missing from the cache whose absence would drive a destructive or
-    replica-lowering decision and that no live read has answered yet: the node of a live worker of an
-    elastic job (node deleted -> scale-in, immediate delete), and a worker that was serving at the last
-    status write (vanished -> counted as lost in a ScaleIn job)."""
+    """(kind, name) of objects missing from the cache whose absence would drive a destructive, replica-lowering
+    or request-dropping decision and that no live read has answered yet: the node of a live worker of an
+    elastic job (node deleted -> scale-in, immediate delete), a worker that was serving at the last status
+    write (vanished -> counted as lost in a ScaleIn job), and a workersToDelete name that may be a worker
+    the cache does not show yet (`may_be_uncached_worker`; absent -> dropped as "no such pod"; asked for
+    while suspended too, or the request would wait for the resume)."""
     policy = spec.elastic_policy
-    if policy is None or spec.run_policy.suspend:
+    if policy is None:
         return []
     needed: list[tuple[str, str]] = []
     workers = workers_of(snapshot)
+    names = {name_of(p) for p in workers}
+    if policy.workers_to_delete:
+        status = read_status(snapshot.job.get("status"))
+        recorded = {*status.discovered_hosts, *status.leaving_workers}
+        last_index = allocated_up_to(snapshot, workers)
+        for name in dict.fromkeys(policy.workers_to_delete):
+            if name in names or name in recorded or ("Pod", name) in snapshot.absence_checks:
+                continue
+            if may_be_uncached_worker(snapshot, name, last_index):
+                needed.append(("Pod", name))
+    if spec.run_policy.suspend:
+        return needed[:MAX_CONFIRMATIONS]
     for pod in workers:
         node = pod_node(pod)
         if node is None or is_terminating(pod) or node in snapshot.nodes:
@@ -156,7 +171,6 @@ def absences_to_confirm(snapshot: Snapshot, spec: MPIJobSpec) -> list[tuple[str,
         if ("Node", node) not in snapshot.absence_checks and ("Node", node) not in needed:
             needed.append(("Node", node))
     if policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN:
-        names = {name_of(p) for p in workers}
         listed = set(policy.workers_to_delete)
         for name in read_status(snapshot.job.get("status")).discovered_hosts:
             if name in names or name in listed:
@@ -166,6 +180,29 @@ def absences_to_confirm(snapshot: Snapshot, spec: MPIJobSpec) -> list[tuple[str,
             if ("Pod", name) not in snapshot.absence_checks:
                 needed.append(("Pod", name))
     return needed[:MAX_CONFIRMATIONS]
+
+
+def allocated_up_to(snapshot: Snapshot, workers: Sequence[Obj]) -> int:
+    """The highest worker index this job has allocated as far as it knows (-1 for none): status.lastWorkerIndex
+    (read strictly, as `worker_writes.last_worker_index` reads it: out of range is ignored) or the highest
+    index of an existing worker, whichever is higher."""
+    value = read_status(snapshot.job.get("status")).last_worker_index
+    recorded = value if value is not None and 0 <= value <= constants.MAX_WORKER_INDEX else -1
+    job_name = name_of(snapshot.job)
+    taken = (i for p in workers if (i := constants.worker_index(job_name, name_of(p))) is not None)
+    return max(recorded, max(taken, default=-1))
+
+
+def may_be_uncached_worker(snapshot: Snapshot, name: str, last_index: int) -> bool:
+    """Whether a workersToDelete name that no pod in the cache holds may still be a worker of this job that
+    the cache does not show yet (created moments ago): named like this job's workers, with an index the job
+    has allocated (`lastWorkerIndex` is in the status before the create goes out). Such a name stays listed
+    until the pod shows up or a live read confirms it absent; any other name can never be a worker of this
+    job and is dropped at once (`describe_bad_name`)."""
+    if name in snapshot.pods_by_name:
+        return False
+    index = constants.worker_index(name_of(snapshot.job), name)
+    return index is not None and index <= last_index
 
 
 def is_leaving(pod: Obj) -> bool:
