@@ -147,3 +147,23 @@ def test_resuming_the_launcher_job_status_then_spec_in_one_batch_carries_our_own
     assert launcher is not None and launcher["spec"]["suspend"] is False
     assert "startTime" not in launcher["status"]
     assert world.errors == []
+
+
+def test_every_patch_of_a_whole_lifecycle_carries_a_precondition() -> None:
+    # A job that starts, drifts, grows, shrinks, is suspended and resumed, and finishes: no patch it sends
+    # may change an object other than the one the plan read.
+    world = _running()
+    for perturb in CASES.values():
+        perturb(world)
+        world.settle("pi")
+    world.job("pi")["spec"]["runPolicy"] = {"suspend": False}
+    world.settle("pi")
+    world.job("pi")["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 2
+    world.settle("pi")
+    world.start_launcher("pi")
+    world.finish_launcher("pi")
+    world.settle("pi")
+
+    patches = [a for a in world.applied if isinstance(a, Patch)]
+    assert {a.kind for a in patches} >= {"MPIJob", "ConfigMap", "Service", "PodDisruptionBudget", "Role", "Job", "Pod"}
+    assert [a for a in patches if a.resource_version is None] == []
