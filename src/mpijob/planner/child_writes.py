@@ -59,7 +59,7 @@ def ensure_service(ctx: PlanContext) -> None:
                             "publishNotReadyAddresses": want["publishNotReadyAddresses"],
                         }
                     },
-                    resource_version=meta(current).get("resourceVersion"),
+                    resource_version=_version(current),
                 )
             )
 
@@ -133,7 +133,7 @@ def nudge_launcher(ctx: PlanContext, listed: str) -> None:
                 "Pod",
                 name_of(pod),
                 {"metadata": {"annotations": {constants.ANNOTATION_DISCOVERED_HOSTS: listed}}},
-                resource_version=meta(pod).get("resourceVersion"),
+                resource_version=_version(pod),
             )
             ctx.draft.discovery.append(patch)
             # No annotation yet: nothing was projected, so nothing is dropped.
