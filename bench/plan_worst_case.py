@@ -4,8 +4,9 @@
 
 Elastic job with N Running workers, steady state, and status.lastWorkerIndex at its largest accepted value
 (99,999: the foreign-name scan runs up to it); the same job the moment every worker has failed (all leave
-discovery in one plan, which marks and deletes the first 500); static job at creation (slow start creates 16). Each number is
-the best of --repeat plans of the same snapshot (the least disturbed by the other work of a shared machine).
+discovery in one plan, which marks and deletes the first 500); static job at creation (slow start creates
+16). Each number is the best of --repeat plans of the same snapshot (the least disturbed by the other work
+of a shared machine).
 """
 
 from __future__ import annotations
