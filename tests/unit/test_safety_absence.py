@@ -223,3 +223,31 @@ def test_world_a_worker_listed_before_the_cache_shows_it_is_removed_once_it_does
     assert sorted(world.worker_names("pi")) == ["pi-worker-0", "pi-worker-1", "pi-worker-2"]
     assert world.workers_to_delete("pi") == []
     assert not [e for e in world.events if e.type == "Warning"]
+
+
+def test_a_long_list_of_stale_names_is_worked_through_a_bounded_round_of_reads_per_reconcile() -> None:
+    # An Append job that has allocated indexes up to 200; the user lists 100 names of workers long gone.
+    # Each reconcile makes one round of at most MAX_CONFIRMATIONS live reads and then plans (the controller
+    # gives up after a few rounds: a plan that needed every name answered first would never be made).
+    world = World()
+    world.add_nodes("node-1")
+    world.add(mpijob(workers=2, elastic_policy=elastic(1, 8, grace=0, index_policy="Append")))
+    world.settle("pi")
+    world.job("pi")["status"]["lastWorkerIndex"] = 200
+    stale = [f"pi-worker-{i}" for i in range(100, 200)]
+    world.job("pi")["spec"]["elasticPolicy"]["workersToDelete"] = stale
+
+    rounds = []
+    for _ in range(20):
+        reads, plans = world.reads, len(world.plans)
+        world.reconcile("pi")
+        rounds.append(len(world.plans) - plans)
+        assert world.reads - reads <= MAX_CONFIRMATIONS
+        if not world.workers_to_delete("pi"):
+            break
+
+    assert world.workers_to_delete("pi") == []
+    assert max(rounds) <= 2  # one round of reads, then the plan
+    assert len(world.worker_names("pi")) == 2
+    warnings = [e for e in world.events if e.reason == "InvalidWorkerToDelete"]
+    assert warnings and all("no such pod" in e.message for e in warnings)

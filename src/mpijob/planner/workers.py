@@ -145,41 +145,51 @@ def absences_to_confirm(snapshot: Snapshot, spec: MPIJobSpec) -> list[tuple[str,
     or request-dropping decision and that no live read has answered yet: the node of a live worker of an
     elastic job (node deleted -> scale-in, immediate delete), a worker that was serving at the last status
     write (vanished -> counted as lost in a ScaleIn job), and a workersToDelete name that may be a worker
-    the cache does not show yet (`may_be_uncached_worker`; absent -> dropped as "no such pod"; asked for
-    while suspended too, or the request would wait for the resume)."""
+    the cache does not show yet (`may_be_uncached_worker`: absent -> dropped as "no such pod")."""
     policy = spec.elastic_policy
     if policy is None:
         return []
     needed: list[tuple[str, str]] = []
     workers = workers_of(snapshot)
     names = {name_of(p) for p in workers}
-    if policy.workers_to_delete:
-        status = read_status(snapshot.job.get("status"))
-        recorded = {*status.discovered_hosts, *status.leaving_workers}
-        last_index = allocated_up_to(snapshot, workers)
-        for name in dict.fromkeys(policy.workers_to_delete):
-            if name in names or name in recorded or ("Pod", name) in snapshot.absence_checks:
+    if not spec.run_policy.suspend:
+        for pod in workers:
+            node = pod_node(pod)
+            if node is None or is_terminating(pod) or node in snapshot.nodes:
                 continue
-            if may_be_uncached_worker(snapshot, name, last_index):
-                needed.append(("Pod", name))
-    if spec.run_policy.suspend:
-        return needed[:MAX_CONFIRMATIONS]
-    for pod in workers:
-        node = pod_node(pod)
-        if node is None or is_terminating(pod) or node in snapshot.nodes:
-            continue
-        if ("Node", node) not in snapshot.absence_checks and ("Node", node) not in needed:
-            needed.append(("Node", node))
-    if policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN:
-        listed = set(policy.workers_to_delete)
-        for name in read_status(snapshot.job.get("status")).discovered_hosts:
-            if name in names or name in listed:
-                continue
-            if constants.worker_index(name_of(snapshot.job), name) is None:
-                continue  # not a name of ours: never counted, nothing to confirm
-            if ("Pod", name) not in snapshot.absence_checks:
-                needed.append(("Pod", name))
+            if ("Node", node) not in snapshot.absence_checks and ("Node", node) not in needed:
+                needed.append(("Node", node))
+        if policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN:
+            listed = set(policy.workers_to_delete)
+            for name in read_status(snapshot.job.get("status")).discovered_hosts:
+                if name in names or name in listed:
+                    continue
+                if constants.worker_index(name_of(snapshot.job), name) is None:
+                    continue  # not a name of ours: never counted, nothing to confirm
+                if ("Pod", name) not in snapshot.absence_checks:
+                    needed.append(("Pod", name))
+    needed += _listed_to_confirm(snapshot, policy.workers_to_delete, workers)
     return needed[:MAX_CONFIRMATIONS]
+
+
+def _listed_to_confirm(snapshot: Snapshot, listed: Sequence[str], workers: Sequence[Obj]) -> list[tuple[str, str]]:
+    """Listed names that may be workers the cache does not show yet, asked for in one round per reconcile
+    (also while suspended, or the request would wait for the resume): an unanswered one only stays listed
+    (nothing else depends on it), so the plan goes on once a round was answered, and a long list of stale
+    names is worked through MAX_CONFIRMATIONS per reconcile rather than blocking every plan."""
+    if not listed:
+        return []
+    status = read_status(snapshot.job.get("status"))
+    recorded = {*status.discovered_hosts, *status.leaving_workers, *(name_of(p) for p in workers)}
+    last_index = allocated_up_to(snapshot, workers)
+    candidates = [
+        name
+        for name in dict.fromkeys(listed)
+        if name not in recorded and may_be_uncached_worker(snapshot, name, last_index)
+    ]
+    if any(("Pod", name) in snapshot.absence_checks for name in candidates):
+        return []
+    return [("Pod", name) for name in candidates]
 
 
 def allocated_up_to(snapshot: Snapshot, workers: Sequence[Obj]) -> int:
