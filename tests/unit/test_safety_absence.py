@@ -8,11 +8,19 @@ the runtime reads and plans again with the answers in `Snapshot.absence_checks`.
 
 from __future__ import annotations
 
+import asyncio
+import copy
+
+from mpijob.api import constants as c
+from mpijob.executor.apply import Executor
 from mpijob.planner.actions import ConfirmAbsence, Create, Delete, Patch
 from mpijob.planner.plan import plan
+from mpijob.planner.snapshot import OperatorConfig
 from mpijob.planner.workers import MAX_CONFIRMATIONS
+from mpijob.runtime.controller import Controller
 
 from .builders import (
+    NS,
     deleted_pods,
     elastic,
     emits,
@@ -26,7 +34,7 @@ from .builders import (
     status_of,
     worker,
 )
-from .world import World
+from .world import World, WorldApi
 
 
 def _job(workers: int = 3, policy: str = "ScaleIn") -> dict:  # type: ignore[type-arg]
@@ -251,3 +259,52 @@ def test_a_long_list_of_stale_names_is_worked_through_a_bounded_round_of_reads_p
     assert len(world.worker_names("pi")) == 2
     warnings = [e for e in world.events if e.reason == "InvalidWorkerToDelete"]
     assert warnings and all("no such pod" in e.message for e in warnings)
+
+
+class _WorldCache:
+    """The controller's cache, read from the world (always up to date here)."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def mpijob(self, key: tuple[str, str]) -> dict | None:  # type: ignore[type-arg]
+        return copy.deepcopy(self.world.get("MPIJob", key[1]))
+
+    def pod(self, namespace: str, name: str) -> dict | None:  # type: ignore[type-arg]
+        return self.world.get("Pod", name)
+
+    def config_map_version(self, namespace: str, job: str) -> object:
+        cm = self.world.get("ConfigMap", c.config_map_name(job))
+        return None if cm is None else cm["metadata"]["resourceVersion"]
+
+    def snapshot(self, job: dict, now: object, config: object) -> object:  # type: ignore[type-arg]
+        return self.world.snapshot(job["metadata"]["name"])
+
+
+def test_a_job_needing_more_live_reads_than_one_reconcile_makes_is_planned_after_a_few() -> None:
+    # 60 workers of a ScaleIn job went away while the operator was down: each must be confirmed gone by a
+    # live read before it counts as lost, more than one reconcile may read (3 rounds of 16). The controller
+    # carries the answers over to the next reconcile (queued at once) until the plan can be made.
+    world = World()
+    world.add_nodes("node-1")
+    made = world.add(mpijob(workers=62, elastic_policy=elastic(1, 64, node_termination_policy="ScaleIn")))
+    names = [f"pi-worker-{i}" for i in range(62)]
+    made["status"] = {**running_status(), "discoveredHosts": names, "lastWorkerIndex": 61}
+    for i in range(2):
+        world.add(worker(made, i))
+    controller = Controller(Executor(WorldApi(world), post_events=False), OperatorConfig())  # type: ignore[arg-type]
+    controller.cache = _WorldCache(world)  # type: ignore[assignment]
+    controller.clock = lambda: world.now
+    controller.leading.set()
+
+    again = [asyncio.run(controller.reconcile((NS, "pi"))) for _ in range(2)]
+
+    assert again[0] == 0.0  # out of rounds: requeued at once, with the answers kept
+    for _ in range(5):
+        if world.replicas("pi") != 62:
+            break
+        asyncio.run(controller.reconcile((NS, "pi")))
+    assert world.replicas("pi") == 2
+    assert sorted(world.workers_to_delete("pi")) == sorted(names[2:])
+    assert controller.stats.live_reads <= 60 + 16
+    assert (NS, "pi") not in controller.carried_checks
