@@ -392,6 +392,8 @@ def up(
     """
     if nodes < 0:
         raise TestbedError("--nodes must be 0 or more")
+    if real_nodes < 0:
+        raise TestbedError("--real-nodes must be 0 or more")
     with_ = extras.parse_with(with_)
     real_count = max(real_nodes, 1 if real_node else 0)
     layout = Layout(resolve_state_dir(state_dir))
