@@ -134,9 +134,9 @@ def cached_object(cache: Cache, kind: str, namespace: str | None, name: str) -> 
     return next(iter(store), None) if store else None
 
 
-async def _list(client: Client, path: str) -> tuple[set[str], int]:
-    """uids of every object at `path` (paged), and the resourceVersion of the first page."""
-    uids: set[str] = set()
+async def _list(client: Client, path: str) -> tuple[dict[str, int], int]:
+    """uid -> resourceVersion of every object at `path` (paged), and the resourceVersion of the first page."""
+    uids: dict[str, int] = {}
     token: str | None = None
     list_rv = 0
     while True:
@@ -145,7 +145,9 @@ async def _list(client: Client, path: str) -> tuple[set[str], int]:
         meta = page.get("metadata") or {}
         if not list_rv:
             list_rv = _rv(meta.get("resourceVersion"))
-        uids |= {str((i.get("metadata") or {}).get("uid")) for i in page.get("items") or []}
+        for item in page.get("items") or []:
+            item_meta = item.get("metadata") or {}
+            uids[str(item_meta.get("uid"))] = _rv(item_meta.get("resourceVersion"))
         token = meta.get("continue") or None
         if not token:
             return uids, list_rv
@@ -159,13 +161,29 @@ async def relist_once(
     scopes = list(namespaces)
     for kind in KINDS:
         paths = [kind.ns_path.format(ns=ns) for ns in scopes] if scopes and kind.ns_path else [kind.path]
-        live: set[str] = set()
+        live: dict[str, int] = {}
         list_rv = 0
         for path in paths:
             uids, rv = await _list(client, path)
-            live |= uids
+            live.update(uids)
             list_rv = rv if not list_rv else min(list_rv, rv)
-        for obj in _cached(cache, kind):
+        cached = _cached(cache, kind)
+        behind = []
+        for obj in cached:
+            meta = obj.get("metadata") or {}
+            uid = str(meta.get("uid"))
+            if uid in live and live[uid] > _rv(meta.get("resourceVersion")):
+                behind.append(f"{meta.get('namespace')}/{meta.get('name')} {meta.get('resourceVersion')}<{live[uid]}")
+        if behind or kind.kind == "MPIJob":
+            log.debug(
+                "relist %s at rv %s: %d listed, %d cached, behind: %s",
+                kind.kind,
+                list_rv,
+                len(live),
+                len(cached),
+                behind,
+            )
+        for obj in cached:
             meta = obj.get("metadata") or {}
             if str(meta.get("uid")) in live or _rv(meta.get("resourceVersion")) > list_rv:
                 continue  # still there, or seen after the list was taken
