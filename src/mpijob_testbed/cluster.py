@@ -531,8 +531,8 @@ def revive(state_dir: str | os.PathLike[str] | None = None, *, echo: Echo = prin
     UpdatePod, "Pod updated on a different node than previously added to") after a kube-apiserver restart
     under load, and then no pod is ever scheduled again. A component whose pid file is gone was stopped on
     purpose (`down`, `restart_component`) and is left alone. Returns the components started again; nothing
-    when every component runs or no testbed is up. Started as `restart_component` starts them (without a
-    real node's extra API server flags)."""
+    when every component runs or no testbed is up. Started as `restart_component` starts them; the API
+    server of a testbed with a real node is not (its real-node flags are not kept)."""
     layout = Layout(resolve_state_dir(state_dir))
     revived: list[str] = []
     if not layout.root.is_dir():
@@ -545,6 +545,10 @@ def revive(state_dir: str | os.PathLike[str] | None = None, *, echo: Echo = prin
         for component in COMPONENTS:
             pid, running = _component_pid(layout, component, bin_dir)
             if pid is None or running:
+                continue
+            if component == "kube-apiserver" and state.get("real_node"):
+                # Its real-node flags are not in the state: started without them, the node would be cut off.
+                _say(echo, f"{component} (pid {pid}) has exited; not started again (a real node joined)")
                 continue
             _say(echo, f"{component} (pid {pid}) has exited; starting it again (log {layout.log(component)})")
             layout.pid(component).unlink(missing_ok=True)

@@ -201,18 +201,6 @@ async def _world(kube: Kube, job: str, nodes: list[str], testbed: Any) -> str:
     return "\n".join(lines)
 
 
-async def _restart_crashed_components(testbed: Any, revived: list[str]) -> None:
-    """What the kubelet does for a control plane run as static pods: start again a component that exited.
-    kube-scheduler exits on purpose when its cache stops making sense ("Pod updated on a different node than
-    previously added to"), which an API server restart under load can cause; without this, every pod created
-    afterwards stays Pending and the next step times out (docs/reliability.md). Names go to `revived`."""
-    from mpijob_testbed import cluster
-
-    while True:
-        revived += await asyncio.to_thread(cluster.revive, testbed.state_dir, echo=print)
-        await asyncio.sleep(1)
-
-
 def _unresolved(ops: list[OperatorProcess]) -> list[str]:
     """kopf's warning when its start-up scan of discovery missed a kind: that process never watches it (an
     operator started while the API server restarts could meet discovery without the CRD groups)."""
@@ -260,7 +248,13 @@ async def _storm(kube: Kube, job: str, victims: list[str]) -> int:
 
 
 async def test_seeded_faults_watch_expiry_apiserver_restart_409_storm_and_lease_handover(
-    kube: Kube, api: ApiClient, kubeconfig: Any, testbed: Any, running_operator: OperatorProcess, tmp_path: Any
+    kube: Kube,
+    api: ApiClient,
+    kubeconfig: Any,
+    testbed: Any,
+    running_operator: OperatorProcess,
+    tmp_path: Any,
+    component_restarts: list[str],
 ) -> None:
     if testbed is None:
         pytest.skip("restarts the project testbed's kube-apiserver")
@@ -273,8 +267,10 @@ async def test_seeded_faults_watch_expiry_apiserver_restart_409_storm_and_lease_
         op.log_dir.mkdir()
     counts = {"apiserver restarts": 0, "watch gaps": 0, "409s": 0, "leader kills": 0}
     running_operator.stop()  # the session's operator does not take part in the election
-    revived: list[str] = []
-    kubelet = asyncio.create_task(_restart_crashed_components(testbed, revived))
+    # Components the session's stand-in kubelet starts again meanwhile (conftest.py `_Kubelet`): kube-scheduler
+    # may exit after an API server restart under load (docs/reliability.md). Reported, not a failure: the
+    # operator must cope with it as with any other fault here.
+    seen_restarts = len(component_restarts)
 
     def ensure_two() -> None:
         for op in ops:
@@ -300,6 +296,7 @@ async def test_seeded_faults_watch_expiry_apiserver_restart_409_storm_and_lease_
             replicas = 4
 
             async def step(what: str, expected_gone: set[str], before: dict[str, Obj]) -> list[Obj]:
+                revived = component_restarts[seen_restarts:]
                 context = f"seed {SEED} {what}; {counts}; components restarted: {revived}"
                 try:
                     done = await _converged(kube, job, replicas, {before[n]["metadata"]["uid"] for n in expected_gone})
@@ -381,10 +378,10 @@ async def test_seeded_faults_watch_expiry_apiserver_restart_409_storm_and_lease_
                     counts["leader kills"] += 1
                 pods = await step("scale-out across a lease handover", set(), before)
     finally:
-        kubelet.cancel()
         for op in ops:
             if op.proc is not None and op.alive():
                 os.kill(op.proc.pid, signal.SIGCONT)
             op.stop()
         running_operator.start()
+    revived = component_restarts[seen_restarts:]
     print(f"chaos faults: seed {SEED}, {FAULT_ROUNDS} round(s): {counts}; components restarted: {revived}")

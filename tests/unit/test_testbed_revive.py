@@ -18,7 +18,7 @@ from mpijob_testbed.components import COMPONENTS
 from mpijob_testbed.paths import Layout
 
 
-def _testbed(tmp_path: Path) -> tuple[Layout, Path]:
+def _testbed(tmp_path: Path, real_node: Any = None) -> tuple[Layout, Path]:
     """A state directory as `up` leaves it, whose components are `sleep` processes under the binaries' names."""
     layout = Layout(tmp_path / "state")
     layout.root.mkdir()
@@ -29,7 +29,7 @@ def _testbed(tmp_path: Path) -> tuple[Layout, Path]:
     for component in COMPONENTS:
         shutil.copy(sleep, bin_dir / component)
     ports = dict.fromkeys(("etcd_client", "etcd_peer", "apiserver", "controller_manager", "scheduler", "kwok"), 1)
-    state = {"version": cluster._STATE_VERSION, "bin_dir": str(bin_dir), "ports": ports, "real_node": None}
+    state = {"version": cluster._STATE_VERSION, "bin_dir": str(bin_dir), "ports": ports, "real_node": real_node}
     layout.state_file.write_text(json.dumps(state))
     return layout, bin_dir
 
@@ -85,3 +85,17 @@ def test_nothing_is_started_when_every_component_runs_or_no_testbed_is_up(
     finally:
         for component, pid in live.items():
             processes.stop_group(pid, bin_dir / component, grace=2)
+
+
+def test_the_api_server_of_a_testbed_with_a_real_node_is_not_started_without_its_node_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layout, bin_dir = _testbed(tmp_path, real_node={"name": "node"})
+    started: list[str] = []
+    monkeypatch.setattr(cluster, "_start", lambda component, **_: started.append(component))
+    _exited(layout, bin_dir, "kube-apiserver")
+    _exited(layout, bin_dir, "kube-scheduler")
+    said: list[str] = []
+    assert cluster.revive(layout.root, echo=said.append) == ["kube-scheduler"]
+    assert started == ["kube-scheduler"]
+    assert any("kube-apiserver" in line and "real node" in line for line in said), said
