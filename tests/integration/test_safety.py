@@ -16,7 +16,7 @@ import copy
 import random
 from typing import Any
 
-from kube import Kube, mpijob
+from kube import Kube, eventually, mpijob
 
 from mpijob.api.models import API_VERSION
 from mpijob.executor.client import ApiError
@@ -373,3 +373,89 @@ async def test_hypothesis_generated_annotations_labels_and_status_never_crash_we
         await eventually(grew, within=60, what="the job still reconciled after the hostile edits")
     # The generator is worth something only if both sides are hit.
     assert admitted >= 10 and refused >= 5, (admitted, refused)
+
+
+# -- fail closed: a patch of our object never changes one made again under its name ---------------------------
+
+
+async def test_a_patch_of_an_object_made_again_under_its_name_is_refused_and_requeued(kube: Kube) -> None:
+    # The operator's patches of its own objects carry the resourceVersion it read. Here the object is deleted
+    # and made again by someone else between that read and the patch: the real API server refuses the patch
+    # (409), the executor reports a conflict (the reconcile is requeued to plan on fresh data), not an error,
+    # and the new object is untouched.
+    from mpijob.executor.apply import Executor
+    from mpijob.planner.actions import Patch
+
+    def service(owner: str) -> Obj:
+        return {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "recreated", "labels": {"owner": owner}},
+            "spec": {"clusterIP": "None", "selector": {"app": owner}, "publishNotReadyAddresses": False},
+        }
+
+    ours = await kube.create(service("ours"))
+    read = ours["metadata"]["resourceVersion"]
+    await kube.delete("v1", "Service", "recreated")
+    theirs = await kube.create(service("theirs"))
+    job = {"metadata": {"namespace": kube.ns, "name": "nobody", "resourceVersion": "1"}}
+    patch = Patch("v1", "Service", "recreated", {"spec": {"publishNotReadyAddresses": True}}, resource_version=read)
+
+    outcome = await Executor(kube.client, post_events=False).apply(job, [patch])
+
+    assert outcome.error is None and outcome.conflict is not None and "409" in outcome.conflict, outcome
+    now = await kube.get("v1", "Service", "recreated")
+    assert now is not None and now["metadata"]["uid"] == theirs["metadata"]["uid"]
+    assert now["metadata"]["resourceVersion"] == theirs["metadata"]["resourceVersion"]
+    assert not now["spec"].get("publishNotReadyAddresses")
+
+    # The same patch on what it read goes through (the precondition is no obstacle to a normal write).
+    current = Patch(
+        "v1",
+        "Service",
+        "recreated",
+        {"spec": {"publishNotReadyAddresses": True}},
+        resource_version=theirs["metadata"]["resourceVersion"],
+    )
+    outcome = await Executor(kube.client, post_events=False).apply(job, [current])
+    assert outcome.error is None and outcome.conflict is None and outcome.writes == 1, outcome
+
+
+async def test_two_optimistic_patches_of_one_job_in_a_batch_build_on_each_other(kube: Kube) -> None:
+    # Resuming a launcher Job: its status (startTime cleared), then its spec, each with a precondition; the
+    # second carries the version the first made, so the real API server takes both.
+    from mpijob.executor.apply import Executor
+    from mpijob.planner.actions import Patch
+
+    made = await kube.create(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "resumed"},
+            "spec": {
+                "suspend": True,
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}},
+            },
+        }
+    )
+
+    # The Job controller writes the new Job's status once (Suspended); read after it, as the cache would.
+    async def settled() -> Obj | None:
+        current = await kube.get("batch/v1", "Job", "resumed")
+        return current if current is not None and (current.get("status") or {}).get("conditions") else None
+
+    read = (await eventually(settled, what="the Job controller's first status write"))["metadata"]["resourceVersion"]
+    assert made["metadata"]["resourceVersion"] != read
+    job = {"metadata": {"namespace": kube.ns, "name": "nobody", "resourceVersion": "1"}}
+    actions = [
+        Patch(
+            "batch/v1", "Job", "resumed", {"status": {"startTime": None}}, resource_version=read, subresource="status"
+        ),
+        Patch("batch/v1", "Job", "resumed", {"spec": {"suspend": False}}, resource_version=read),
+    ]
+
+    outcome = await Executor(kube.client, post_events=False).apply(job, actions)
+
+    assert outcome.error is None and outcome.conflict is None and outcome.writes == 2, outcome
+    now = await kube.get("batch/v1", "Job", "resumed")
+    assert now is not None and now["spec"]["suspend"] is False

@@ -450,7 +450,8 @@ def snap(
     """A snapshot: `pods` are the job's own pods, `foreign` pods of the namespace the job does not own.
     Nodes default to every node a pod is bound to (healthy), so no worker looks like it lost its node.
     The snapshot is the truth unless `checks` says otherwise: a node a pod is bound to that `node_map` lacks,
-    and a name of the last discoveredHosts with no pod, come with a live read that confirmed them gone.
+    and a name of the last discoveredHosts or of workersToDelete with no pod, come with a live read that
+    confirmed them gone.
     Pass `checks={}` for a cache that lacks them with nothing confirmed yet."""
     all_pods = [*pods, *foreign, *launcher_pods]
     if node_map is None:
@@ -493,7 +494,8 @@ def _truth(job: Obj, pods: Sequence[Obj], node_map: Mapping[str, Obj]) -> dict[t
         if n and n not in node_map:
             found[("Node", n)] = True
     names = {p["metadata"]["name"] for p in pods}
-    for name in (job.get("status") or {}).get("discoveredHosts") or []:
+    listed = ((job.get("spec") or {}).get("elasticPolicy") or {}).get("workersToDelete") or []
+    for name in [*((job.get("status") or {}).get("discoveredHosts") or []), *listed]:
         if name not in names:
             found[("Pod", name)] = True
     return found

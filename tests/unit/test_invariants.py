@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
@@ -116,12 +116,28 @@ def check_graceful(s: Snapshot, actions: list[Action]) -> None:
             assert not discovered & gone, f"{discovered & gone} still discoverable"
 
 
+def check_preconditions(s: Snapshot, actions: list[Action]) -> None:
+    """Every patch carries the resourceVersion of the object as the plan read it (never someone else's object
+    made again under the name), and every delete the uid."""
+    read = {("Pod", n): p for n, p in s.pods_by_name.items()}
+    read[("MPIJob", s.job["metadata"]["name"])] = s.job
+    for a in actions:
+        if isinstance(a, Patch):
+            assert a.resource_version is not None, f"patch of {a.kind} {a.name} without a precondition"
+            obj = read.get((a.kind, a.name))
+            if obj is not None:
+                assert a.resource_version == obj["metadata"]["resourceVersion"], f"{a.kind} {a.name}"
+        if isinstance(a, Delete):
+            assert a.uid, f"delete of {a.kind} {a.name} without a uid"
+
+
 def check_plan(s: Snapshot, actions: list[Action]) -> None:
     if any(isinstance(a, ConfirmAbsence) for a in actions):
         # A plan that asks for live reads (issue 8, rule 1) decides and writes nothing.
         assert all(isinstance(a, ConfirmAbsence) for a in actions), actions
         return
     check_foreign_untouched(s, actions)
+    check_preconditions(s, actions)
     if "elasticPolicy" not in s.job["spec"]:
         return
     for check in (check_listed_leave_first, check_floor, check_graceful):
@@ -193,7 +209,12 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
         st.lists(st.sampled_from(candidates), unique=True, max_size=5)
     )
     job["status"]["leavingWorkers"] = sorted(draw(st.sets(st.sampled_from(candidates))) if candidates else [])
-    return snap(job, pods, foreign=foreign, node_map=nodes, now=at(draw(st.sampled_from([0, 1, 20, 45]))))
+    s = snap(job, pods, foreign=foreign, node_map=nodes, now=at(draw(st.sampled_from([0, 1, 20, 45]))))
+    # Listed names with no pod in the cache that the API server still has (a worker created moments ago):
+    # the live read says "exists".
+    absent = [n for n in job["spec"]["elasticPolicy"]["workersToDelete"] if n not in s.pods_by_name]
+    behind = draw(st.sets(st.sampled_from(absent))) if absent else set()
+    return replace(s, absence_checks={**s.absence_checks, **{("Pod", n): False for n in behind}})
 
 
 @PROFILE

@@ -141,3 +141,72 @@ def test_bad_edit_of_a_finished_job_does_not_flip_it_to_failed() -> None:
     status = world.job("pi")["status"]
     assert cond_true(status, "Succeeded") and not cond_true(status, "Failed")
     assert cond_true(status, "InvalidSpec")
+
+
+def _queued_world(**job: object) -> World:
+    """A job queued suspended (as Kueue creates it) that waits for its workers before its launcher: accepted
+    (Created, Suspended), but with no start time, no pods and no launcher yet."""
+    world = World()
+    world.add_nodes("node-1")
+    world.add(
+        mpijob(
+            workers=2,
+            run_policy={"suspend": True, "cleanPodPolicy": "All"},
+            launcher_creation_policy="WaitForWorkersReady",
+            **job,  # type: ignore[arg-type]
+        )
+    )
+    world.settle("pi")
+    status = world.job("pi")["status"]
+    assert cond_true(status, "Created") and cond_true(status, "Suspended")
+    assert not status.get("startTime") and world.pods() == [] and world.get("Job", "pi-launcher") is None
+    return world
+
+
+def test_bad_edit_of_a_queued_job_waits_for_the_fix_and_the_job_then_runs() -> None:
+    world = _queued_world()
+
+    world.job("pi")["spec"]["mpiReplicaSpecs"]["Launcher"]["replicas"] = 2
+    world.settle("pi")
+
+    status = world.job("pi")["status"]
+    assert not cond_true(status, "Failed") and not status.get("completionTime")
+    assert cond_true(status, "InvalidSpec") and cond_true(status, "Suspended")
+    assert "spec.mpiReplicaSpecs.Launcher.replicas" in cond(status, "InvalidSpec")["message"]  # type: ignore[index]
+    assert [e.reason for e in world.events].count("ValidationError") == 1
+
+    # Fixed, then admitted (Kueue unsuspends it): the job runs as if nothing happened.
+    world.job("pi")["spec"]["mpiReplicaSpecs"]["Launcher"]["replicas"] = 1
+    world.job("pi")["spec"]["runPolicy"]["suspend"] = False
+    world.settle("pi")
+
+    status = world.job("pi")["status"]
+    assert not cond_true(status, "InvalidSpec") and not cond_true(status, "Failed")
+    assert len(world.workers("pi")) == 2 and world.get("Job", "pi-launcher") is not None
+
+
+def test_bad_edit_of_an_accepted_job_whose_children_are_not_cached_yet_is_not_failed() -> None:
+    # A suspended job's first plan: its status write went out (Created, Suspended: no start time) and its
+    # (suspended) launcher Job was created, but the cache does not show the launcher yet.
+    job = mpijob(workers=2, run_policy={"suspend": True})
+    actions = plan(snap(job))
+    first = status_of(actions)
+    assert first is not None and not first.get("startTime")
+    assert [a for a in actions if isinstance(a, Create) and a.obj["kind"] == "Job"]
+    job = _bad_edit(job)
+    job["status"] = first
+
+    status = status_of(plan(snap(job)))
+
+    assert status is not None and not cond_true(status, "Failed") and cond_true(status, "InvalidSpec")
+
+
+def test_a_job_refused_at_its_first_plan_stays_failed_when_edited_again() -> None:
+    job = _bad_edit(mpijob(workers=2))
+    job["status"] = status_of(plan(snap(job)))
+    job["spec"]["slotsPerWorker"] = -1
+
+    status = status_of(plan(snap(job)))
+
+    # Still the job that was refused: the new error goes into its Failed message, not an InvalidSpec edit.
+    assert status is not None and cond_true(status, "Failed") and not cond_true(status, "InvalidSpec")

@@ -161,6 +161,12 @@ class World:
     # Outcomes of the last batch's exclusive creates, and the uids the "controller" remembers per job.
     exclusive: dict[tuple[str, str], str | None] = field(default_factory=dict)
     created: dict[str, dict[tuple[str, str], str | None]] = field(default_factory=dict)
+    # Snapshots share the world's pod dicts instead of copying them (the planner never mutates its input):
+    # for jobs of thousands of workers, where the copies cost more than the plans.
+    share_pods: bool = False
+    # Pods the operator's cache does not show yet (created moments ago, their watch event not delivered):
+    # left out of snapshots, though the API (and so a live read) has them.
+    uncached: set[str] = field(default_factory=set)
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
     _uid: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _place: int = 0
@@ -245,18 +251,15 @@ class World:
         job = self.job(job_name)
         uid = job["metadata"]["uid"]
         launcher = self.get("Job", c.launcher_name(job_name))
-        pods = self.pods()
+        pods = [p for p in self.pods() if p["metadata"]["name"] not in self.uncached]
+        pods = pods if self.share_pods else copy.deepcopy(pods)
         return Snapshot(
             job=copy.deepcopy(job),
             now=self.now,
-            owned_pods=[copy.deepcopy(p) for p in pods if controller_of(p) == uid],
-            pods_by_name={p["metadata"]["name"]: copy.deepcopy(p) for p in pods},
+            owned_pods=[p for p in pods if controller_of(p) == uid],
+            pods_by_name={p["metadata"]["name"]: p for p in pods},
             launcher=copy.deepcopy(launcher),
-            launcher_pods=[
-                copy.deepcopy(p)
-                for p in pods
-                if launcher is not None and controller_of(p) == launcher["metadata"]["uid"]
-            ],
+            launcher_pods=[p for p in pods if launcher is not None and controller_of(p) == launcher["metadata"]["uid"]],
             service=copy.deepcopy(self.get("Service", job_name)),
             config_map=copy.deepcopy(self.get("ConfigMap", c.config_map_name(job_name))),
             pdb=copy.deepcopy(self.get("PodDisruptionBudget", c.pdb_name(job_name))),

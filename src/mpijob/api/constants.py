@@ -56,6 +56,11 @@ def launcher_name(job: str) -> str:
     return f"{job}-launcher"
 
 
+# The highest index allocated: worker names "<job>-worker-<index>" stay DNS labels (<= 63) for job names up to
+# 50 characters.
+MAX_WORKER_INDEX = 99_999
+
+
 def worker_name(job: str, index: int) -> str:
     return f"{job}-worker-{index}"
 
@@ -83,6 +88,7 @@ def worker_index(job: str, pod_name: str) -> int | None:
     if not pod_name.startswith(prefix):
         return None
     rest = pod_name[len(prefix) :]
-    if not rest.isdigit() or (len(rest) > 1 and rest[0] == "0"):
+    # ASCII only: str.isdigit() also takes "²" (int() then raises) and "٣" (int() reads 3).
+    if not (rest.isascii() and rest.isdigit()) or (len(rest) > 1 and rest[0] == "0"):
         return None
     return int(rest)

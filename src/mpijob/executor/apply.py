@@ -74,6 +74,10 @@ class _Batch:
     # The MPIJob's resourceVersion that the next optimistic write to it must carry.
     job_rv: Any
     outcome: Outcome = field(default_factory=Outcome)
+    # Of every other object this batch patched, by (kind, name): the resourceVersion our patch made. A later
+    # optimistic write to the same object in the batch carries it instead of the one the plan read (the
+    # launcher Job's status, then its spec): our own change is not a concurrent one.
+    versions: dict[tuple[str, str], Any] = field(default_factory=dict)
     events: dict[tuple[str, str], list[str]] = field(default_factory=dict)
 
     def announce(self, *emits: Emit) -> None:
@@ -150,8 +154,11 @@ class Executor:
                 outcome.created_pods.append(action.obj["metadata"]["name"])
         elif isinstance(action, Patch):
             is_job = action.kind == "MPIJob" and action.name == batch.job_name
-            result = await self._patch(batch.namespace, action, batch.job_rv if is_job else None)
+            made = batch.job_rv if is_job else batch.versions.get((action.kind, action.name))
+            result = await self._patch(batch.namespace, action, made)
             version = (result.get("metadata") or {}).get("resourceVersion") if isinstance(result, dict) else None
+            if not is_job and version is not None:
+                batch.versions[(action.kind, action.name)] = version
             if action.kind == "ConfigMap" and isinstance(result, dict):
                 outcome.config_map_resource_version = version
             if is_job and isinstance(result, dict):
@@ -220,12 +227,13 @@ class Executor:
         # The API server always returns the uid; "unknown" keeps a created object from reading as a conflict.
         return str(((made or {}).get("metadata") or {}).get("uid") or "unknown")
 
-    async def _patch(self, namespace: str, action: Patch, job_rv: Any) -> Any:
+    async def _patch(self, namespace: str, action: Patch, made: Any) -> Any:
+        """`made`: the resourceVersion an earlier write of this batch made of the object, if any."""
         patch = action.patch
         rv = action.resource_version
         if rv is not None:
-            if job_rv is not None:
-                rv = job_rv
+            if made is not None:
+                rv = made
             # Copies of the two levels we change; the action itself stays as planned.
             patch = {**patch, "metadata": {**(patch.get("metadata") or {}), "resourceVersion": rv}}
         path = object_path(action.api_version, action.kind, namespace, action.name, action.subresource)

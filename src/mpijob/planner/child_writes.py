@@ -59,6 +59,7 @@ def ensure_service(ctx: PlanContext) -> None:
                             "publishNotReadyAddresses": want["publishNotReadyAddresses"],
                         }
                     },
+                    resource_version=_version(current),
                 )
             )
 
@@ -111,7 +112,7 @@ def ensure_config_map(ctx: PlanContext, decided: WorkerPlan) -> str:
         ctx.draft.discovery.append(patch)
         if _drops_hosts(discovery.listed_hosts(current.get("data") or {}), listed):
             ctx.draft.dropping_hosts.append(patch)
-    ctx.status.discovered_hosts = list(decided.discovery_names)
+    ctx.draft.new_status.discovered_hosts = list(decided.discovery_names)
     return listed
 
 
@@ -132,6 +133,7 @@ def nudge_launcher(ctx: PlanContext, listed: str) -> None:
                 "Pod",
                 name_of(pod),
                 {"metadata": {"annotations": {constants.ANNOTATION_DISCOVERED_HOSTS: listed}}},
+                resource_version=_version(pod),
             )
             ctx.draft.discovery.append(patch)
             # No annotation yet: nothing was projected, so nothing is dropped.
@@ -167,7 +169,8 @@ def ensure_discovery_access(ctx: PlanContext) -> tuple[bool, str | None]:
     if owned_role is None:
         ctx.create_child(children.discovery_role(ctx.job))
     elif owned_role and role is not None and role.get("rules") != children.discovery_rules(ctx.job):
-        ctx.draft.children.append(Patch(rbac, "Role", name, {"rules": children.discovery_rules(ctx.job)}))
+        rules = children.discovery_rules(ctx.job)
+        ctx.draft.children.append(Patch(rbac, "Role", name, {"rules": rules}, resource_version=_version(role)))
     owned_binding = ctx.owned_or_conflict(binding, "RoleBinding", name)
     desired = children.discovery_role_binding(ctx.job, account)
     if owned_role is False:
@@ -180,7 +183,8 @@ def ensure_discovery_access(ctx: PlanContext) -> tuple[bool, str | None]:
             # roleRef is immutable: replace the binding (created again by the next reconcile).
             ctx.draft.children.append(Delete(rbac, "RoleBinding", name, uid=uid_of(binding)))
         elif binding.get("subjects") != desired["subjects"]:
-            ctx.draft.children.append(Patch(rbac, "RoleBinding", name, {"subjects": desired["subjects"]}))
+            subjects = {"subjects": desired["subjects"]}
+            ctx.draft.children.append(Patch(rbac, "RoleBinding", name, subjects, resource_version=_version(binding)))
     return True, account
 
 
@@ -202,7 +206,7 @@ def ensure_secret(ctx: PlanContext) -> None:
         return
     if ("Secret", name) in ctx.snapshot.created:
         uid = ctx.snapshot.created[("Secret", name)]
-        ctx.status.ssh_secret_uid = uid or ""
+        ctx.draft.new_status.ssh_secret_uid = uid or ""
         if not uid:
             ctx.draft.secret_taken = True
             ctx.draft.conflicts.append(f"Secret {name}")
@@ -215,7 +219,7 @@ def ensure_secret(ctx: PlanContext) -> None:
         return
     # The status write right after the create then says "created" (no sshSecretUID, with conditions),
     # also when retrying after a conflict ("" would otherwise survive a restart before the uid is recorded).
-    ctx.status.ssh_secret_uid = None
+    ctx.draft.new_status.ssh_secret_uid = None
     ctx.draft.secret.append(ctx.creation(children.ssh_secret(ctx.job), ssh=True, exclusive=True))
 
 
@@ -232,7 +236,13 @@ def ensure_pdb(ctx: PlanContext) -> None:
         ctx.create_child(children.pdb(ctx.job, ep.min_replicas))
     elif owned and current is not None and (current.get("spec") or {}).get("minAvailable") != ep.min_replicas:
         ctx.draft.children.append(
-            Patch("policy/v1", "PodDisruptionBudget", name, {"spec": {"minAvailable": ep.min_replicas}})
+            Patch(
+                "policy/v1",
+                "PodDisruptionBudget",
+                name,
+                {"spec": {"minAvailable": ep.min_replicas}},
+                resource_version=_version(current),
+            )
         )
 
 
@@ -269,16 +279,25 @@ def ensure_launcher(ctx: PlanContext, decided: WorkerPlan, account: str | None) 
             ctx.draft.create.append(ctx.creation(launcher))
         return
     launcher_suspended = bool((current.get("spec") or {}).get("suspend"))
+    version = _version(current)
     if spec.run_policy.suspend and not launcher_suspended:
-        ctx.draft.children.append(Patch("batch/v1", "Job", name, {"spec": {"suspend": True}}))
+        ctx.draft.children.append(Patch("batch/v1", "Job", name, {"spec": {"suspend": True}}, resource_version=version))
     elif not spec.run_policy.suspend and launcher_suspended:
         # Resume as Kueue expects: clear startTime (so the template may change), sync the scheduling
         # directives Kueue set on the MPIJob while suspended, then unsuspend.
         if (current.get("status") or {}).get("startTime"):
+            # (The executor carries the version this write makes over to the next write to the Job.)
             ctx.draft.children.append(
-                Patch("batch/v1", "Job", name, {"status": {"startTime": None}}, subresource="status")
+                Patch(
+                    "batch/v1",
+                    "Job",
+                    name,
+                    {"status": {"startTime": None}},
+                    resource_version=version,
+                    subresource="status",
+                )
             )
-        ctx.draft.children.append(Patch("batch/v1", "Job", name, resume_patch(ctx, current)))
+        ctx.draft.children.append(Patch("batch/v1", "Job", name, resume_patch(ctx, current), resource_version=version))
 
 
 def resume_patch(ctx: PlanContext, current: Obj) -> Obj:
@@ -323,6 +342,13 @@ def resume_patch(ctx: PlanContext, current: Obj) -> Obj:
             },
         }
     }
+
+
+def _version(obj: Obj) -> str | None:
+    """The resourceVersion a patch of our object carries: if the object was deleted and made again under the
+    same name (by someone else) since the cache read it, the patch fails with 409 instead of changing theirs."""
+    version = meta(obj).get("resourceVersion")
+    return str(version) if version is not None else None
 
 
 def _drops_hosts(before: list[str] | None, listed: str) -> bool:

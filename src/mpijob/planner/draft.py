@@ -1,6 +1,6 @@
-"""The plan being made: its phases (`Draft`, frozen into a `Plan`), and what every part of the planner shares
-(`PlanContext`): the job's read-only inputs, the status being built, and the helpers that add writes with the
-Events that announce them."""
+"""The plan being made (`Draft`: the status being built and the writes by phase, frozen into a `Plan`), and
+what every part of the planner shares (`PlanContext`): the job's read-only inputs, the draft, and the helpers
+that add writes with the Events that announce them."""
 
 from __future__ import annotations
 
@@ -30,8 +30,11 @@ from mpijob.planner.workers import workers_of
 
 @dataclass
 class Draft:
-    """The plan being made, phase by phase (see `Plan`); frozen into a Plan at the end."""
+    """The plan being made: the new status and the writes phase by phase (see `Plan`); frozen into a Plan at
+    the end. The only mutable state of a plan."""
 
+    # The status being built, from the last one read; written (`status`) if it differs from the last written.
+    new_status: JobStatus
     record: list[Patch] = field(default_factory=list)
     mark: list[Patch] = field(default_factory=list)
     discovery: list[Write] = field(default_factory=list)
@@ -76,9 +79,11 @@ def _kind(write: Write) -> str:
 
 
 class PlanContext:
-    """One plan of a valid job. Its inputs are read-only (Final); it builds two things: the new status
-    (`status`, compared with `old_status` at the end) and the plan by phase (`draft`). The worker decisions
-    themselves come from the pure steps of workers.py and elastic.py."""
+    """One plan of a valid job: its read-only inputs (Final), and the `draft` it builds (the new status,
+    compared with `old_status` at the end, and the writes by phase). It holds no other state: the parts of
+    a plan are module functions of it (job_status.py, worker_writes.py, backoff.py, child_writes.py,
+    finish.py), called in turn by plan.py; the worker decisions themselves come from the pure steps of
+    workers.py and elastic.py."""
 
     def __init__(self, snapshot: Snapshot, spec: MPIJobSpec) -> None:
         self.snapshot: Final = snapshot
@@ -94,14 +99,13 @@ class PlanContext:
         owned = launcher is not None and is_owned_by(launcher, self.job)
         self.launcher_pods: Final = snapshot.launcher_pods if owned else ()
         self.workers: Final = workers_of(snapshot)
-        self.status: JobStatus = self.previous.status.model_copy(deep=True)
-        self.draft = Draft()
+        self.draft: Final = Draft(new_status=self.previous.status.model_copy(deep=True))
 
     def emit(self, type_: str, reason: str, message: str) -> None:
         self.draft.announce.append(Emit(type_, reason, message))
 
     def condition(self, kind: str, value: bool, reason: str, message: str, event: str | None = "Normal") -> None:
-        flipped = conditions.set_condition(self.status, kind, value, reason, message, self.now)
+        flipped = conditions.set_condition(self.draft.new_status, kind, value, reason, message, self.now)
         if flipped and value and event:
             # Announced after the status write succeeds, so a retried reconcile does not repeat it.
             self.draft.status_events.append(Emit(event, reason, message))

@@ -42,6 +42,7 @@ from mpijob.planner.workers import (
     Leave,
     Signal,
     WorkerPlan,
+    allocated_up_to,
     describe_bad_name,
     foreign_indexes,
     hold_soft_signals,
@@ -49,6 +50,7 @@ from mpijob.planner.workers import (
     is_foreign,
     is_leaving,
     leaving_since,
+    may_be_uncached_worker,
     node_signal,
     unreadable_leaving_since,
     workers_of,
@@ -64,7 +66,7 @@ class Record:
     discovered: frozenset[str]
     # status.leavingWorkers: workers leaving at the last status write.
     leaving: frozenset[str]
-    # status.lastWorkerIndex, read strictly (see _Planner.last_worker_index).
+    # status.lastWorkerIndex, read strictly (see worker_writes.last_worker_index).
     last_index: int
     # Workers our (owned) ConfigMap's discovery list still names, as last written; all of them while the
     # listing is unknown (a ConfigMap without the list: a leaving worker is marked again, from now).
@@ -98,10 +100,17 @@ class Listing:
 
     listed: tuple[str, ...]
     events: tuple[Emit, ...]
+    # Listed names of workers the cache does not show but that may exist (see `may_be_uncached_worker`):
+    # kept listed, not counted as leaving, until the pod shows up or a live read confirms it absent.
+    pending: frozenset[str] = frozenset()
 
 
 def clean_listing(snapshot: Snapshot, names: Sequence[str], by_name: Mapping[str, Obj], record: Record) -> Listing:
     """Drops names that are gone (done) or were never this job's workers (one Warning).
+
+    Absence from the cache alone drops nothing that may be a worker of this job: a worker created moments
+    ago that the cache does not show yet keeps its name listed (pending) until it shows up or a live read
+    confirms it absent; only then is it "no such pod".
 
     A gone worker that was in discovery at the last status write was ours too: removed by someone else
     (eviction, a delete with no grace) before the reconcile that listed it could mark it leaving. While the
@@ -112,6 +121,8 @@ def clean_listing(snapshot: Snapshot, names: Sequence[str], by_name: Mapping[str
     gone: list[str] = []
     being_deleted: list[str] = []
     bad: list[str] = []
+    pending: list[str] = []
+    allocated = allocated_up_to(snapshot, list(by_name.values()))
     for name in dict.fromkeys(names):
         pod = by_name.get(name)
         if pod is None:
@@ -119,6 +130,9 @@ def clean_listing(snapshot: Snapshot, names: Sequence[str], by_name: Mapping[str
                 listed.append(name)
             elif name in record.leaving:
                 gone.append(name)
+            elif may_be_uncached_worker(snapshot, name, allocated) and not snapshot.confirmed_absent("Pod", name):
+                listed.append(name)
+                pending.append(name)
             else:
                 bad.append(f"{name!r} {describe_bad_name(snapshot, name)}")
         elif is_terminating(pod) and (is_leaving(pod) or name in record.leaving):
@@ -138,7 +152,7 @@ def clean_listing(snapshot: Snapshot, names: Sequence[str], by_name: Mapping[str
         )
         message = f"spec.elasticPolicy.workersToDelete: {shown}; dropped from the list"
         events.append(Emit("Warning", "InvalidWorkerToDelete", message))
-    return Listing(tuple(listed), tuple(events))
+    return Listing(tuple(listed), tuple(events), frozenset(pending))
 
 
 @dataclass(frozen=True)
@@ -152,6 +166,8 @@ class Terminations:
     workers_to_delete: tuple[str, ...]
     replicas: int
     events: tuple[Emit, ...]
+    # Listed names whose workers the cache does not show yet (Listing.pending).
+    pending: frozenset[str] = frozenset()
 
 
 def effective_termination_policy(snapshot: Snapshot, policy: ElasticPolicy) -> NodeTerminationPolicy:
@@ -185,6 +201,9 @@ def node_terminations(
         p for p in workers if name_of(p) not in listed and not is_leaving(p) and name_of(p) not in record.leaving
     ]
     external = [p for p in unaccounted if is_terminating(p) or pod_phase(p) in FINISHED_PHASES]
+    # By name, not `pod in external`: comparing pods pairwise made a mass failure quadratic (10,000 failed
+    # workers: seconds of a blocked event loop, longer than the Lease's renew deadline).
+    external_names = {name_of(p) for p in external}
     # Serving at the last status write, now gone without our doing (deleted while we were down, or with
     # no grace period). Counted only once a live read confirmed it: absence from the cache alone may be a
     # watch gap or a cache behind (issue 8, rule 1).
@@ -197,12 +216,12 @@ def node_terminations(
     held: list[Obj] = []
     if not suspended and termination_policy is not NodeTerminationPolicy.IGNORE:
         for pod in unaccounted:
-            if pod in external:
+            if name_of(pod) in external_names:
                 continue
             signal = node_signal(snapshot, pod_node(pod))
             if signal is not None:
                 signals.append(Signal(pod, pod_node(pod) or "", signal))
-        serving = [p for p in unaccounted if p not in external and pod_phase(p) == "Running"]
+        serving = [p for p in unaccounted if name_of(p) not in external_names and pod_phase(p) == "Running"]
         signals, held = hold_soft_signals(signals, serving, policy.min_replicas, job_name)
     scale_in = termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended
     additions = [name_of(s.pod) for s in signals]
@@ -221,6 +240,7 @@ def node_terminations(
         workers_to_delete=(*listing.listed, *(n for n in additions if n not in listed)),
         replicas=new_replicas,
         events=tuple(events),
+        pending=listing.pending,
     )
 
 
@@ -353,13 +373,15 @@ def deletions(
     grace = timedelta(seconds=policy.scale_in_grace_period_seconds)
     marked_now = {name_of(leave.pod) for leave in to_leave}
     leaving = list(on_the_way_out)
+    seen = set(leaving)  # `name in leaving` made a mass departure quadratic
     to_delete: list[Obj] = []
     wake_after: float | None = None
     for pod in workers:
         name = name_of(pod)
-        if name in leaving or not (is_leaving(pod) or name in marked_now):
+        if name in seen or not (is_leaving(pod) or name in marked_now):
             continue
         leaving.append(name)
+        seen.add(name)
         if is_terminating(pod):
             continue
         since: datetime = now if name in marked_now else leaving_since(pod, now)
@@ -370,9 +392,10 @@ def deletions(
         else:
             wait = (due - now).total_seconds()
             wake_after = wait if wake_after is None else min(wake_after, wait)
-    # Listed workers already gone show as leaving until the next reconcile drops their names (step 2).
+    # Listed workers already gone show as leaving until the next reconcile drops their names (step 2); not
+    # those the cache does not show yet (a name recorded as leaving is dropped once its pod is absent).
     present = {name_of(p) for p in workers}
-    leaving += [n for n in terminations.workers_to_delete if n not in present]
+    leaving += [n for n in terminations.workers_to_delete if n not in present and n not in terminations.pending]
     return leaving, to_delete, wake_after
 
 
@@ -399,7 +422,10 @@ def growth(
     target = 0 if suspended else terminations.replicas
     surge = 0 if suspended else len(terminations.held)
     taken = {index_of(job_name, p) for p in workers}
-    ceiling = max([record.last_index, *taken], default=-1) + terminations.replicas + 1
+    # The scan for foreign names stops above the highest index we allocate, whatever a pod of ours is named
+    # (one named "<job>-worker-1000000000000" by hand made it run for hours).
+    highest = min(max([record.last_index, *taken], default=-1), constants.MAX_WORKER_INDEX)
+    ceiling = highest + terminations.replicas + 1
     # A foreign name is skipped wherever new indexes go; those below the ceiling are reported.
     foreign = tuple(constants.worker_name(job_name, i) for i in foreign_indexes(snapshot, job_name, ceiling))
     if len(kept) >= target + surge:

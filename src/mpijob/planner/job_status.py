@@ -1,8 +1,9 @@
-"""The job's status: suspension, worker and launcher counts, the Running and BelowMinReplicas conditions, the
-ResourceConflict condition, finishing, and the status write (only when something changed).
+"""The job's status: the Created and SpecFixed conditions, suspension, worker and launcher counts, the Running
+and BelowMinReplicas conditions, the ResourceConflict condition, finishing, and the status write (only when
+something changed).
 
-Each function edits `ctx.status` (the JobStatus being built) of one PlanContext; `write_status` turns the
-difference from the last status into the one status write."""
+Each function edits `ctx.draft.new_status` (the JobStatus being built) of one PlanContext; `write_status`
+turns the difference from the last status into the one status write."""
 
 from __future__ import annotations
 
@@ -25,17 +26,37 @@ from mpijob.planner.snapshot import (
 from mpijob.planner.workers import WorkerPlan
 
 
+def spec_fixed(ctx: PlanContext) -> None:
+    """A bad edit was fixed: said in the InvalidSpec condition and an Event; the job goes on from where it was."""
+    if conditions.is_true(ctx.draft.new_status, conditions.INVALID_SPEC):
+        conditions.set_condition(
+            ctx.draft.new_status, conditions.INVALID_SPEC, False, "SpecFixed", "the spec is valid again", ctx.now
+        )
+        ctx.draft.status_events.append(Emit("Normal", "SpecFixed", "the spec is valid again; resuming"))
+
+
+def created(ctx: PlanContext) -> None:
+    """The Created condition, on a job's first plan."""
+    if not ctx.draft.new_status.conditions:
+        ctx.condition(
+            conditions.CREATED,
+            True,
+            "MPIJobCreated",
+            f"MPIJob {meta(ctx.job).get('namespace')}/{ctx.name} is created.",
+        )
+
+
 def suspension(ctx: PlanContext, suspended: bool) -> None:
-    was_suspended = conditions.is_true(ctx.status, conditions.SUSPENDED)
+    was_suspended = conditions.is_true(ctx.draft.new_status, conditions.SUSPENDED)
     if suspended:
         ctx.condition(conditions.SUSPENDED, True, "MPIJobSuspended", "MPIJob suspended")
         ctx.condition(conditions.RUNNING, False, "MPIJobSuspended", "MPIJob suspended", event=None)
     elif was_suspended:
         ctx.condition(conditions.SUSPENDED, False, "MPIJobResumed", "MPIJob resumed")
         ctx.draft.status_events.append(Emit("Normal", "MPIJobResumed", "MPIJob resumed"))
-        ctx.status.start_time = ctx.now
-    if not suspended and not ctx.status.start_time:
-        ctx.status.start_time = ctx.now
+        ctx.draft.new_status.start_time = ctx.now
+    if not suspended and not ctx.draft.new_status.start_time:
+        ctx.draft.new_status.start_time = ctx.now
 
 
 def worker_status(ctx: PlanContext, decided: WorkerPlan) -> None:
@@ -50,9 +71,9 @@ def worker_status(ctx: PlanContext, decided: WorkerPlan) -> None:
         failed=sum(1 for p in live if pod_phase(p) == "Failed") or None,
         succeeded=sum(1 for p in live if pod_phase(p) == "Succeeded") or None,
     )
-    statuses = {**ctx.status.replica_statuses, "Worker": worker_status, "Launcher": launcher_status(ctx)}
-    ctx.status.replica_statuses = statuses
-    ctx.status.leaving_workers = sorted(decided.leaving)
+    statuses = {**ctx.draft.new_status.replica_statuses, "Worker": worker_status, "Launcher": launcher_status(ctx)}
+    ctx.draft.new_status.replica_statuses = statuses
+    ctx.draft.new_status.leaving_workers = sorted(decided.leaving)
 
     if ctx.spec.run_policy.suspend:
         return
@@ -70,7 +91,7 @@ def worker_status(ctx: PlanContext, decided: WorkerPlan) -> None:
             "MPIJobRunning",
             f"MPIJob {meta(ctx.job).get('namespace')}/{ctx.name} is running.",
         )
-    elif conditions.is_true(ctx.status, conditions.RUNNING):
+    elif conditions.is_true(ctx.draft.new_status, conditions.RUNNING):
         why = "launcher is not running" if not launcher_running else "not enough workers are running"
         ctx.condition(conditions.RUNNING, False, "MPIJobNotRunning", why, event=None)
 
@@ -81,12 +102,12 @@ def floor_condition(ctx: PlanContext, running: int, floor: int) -> None:
     below = running < floor
     if below and (
         conditions.is_true(ctx.previous.status, conditions.RUNNING)
-        or conditions.is_true(ctx.status, conditions.BELOW_MIN_REPLICAS)
+        or conditions.is_true(ctx.draft.new_status, conditions.BELOW_MIN_REPLICAS)
     ):
         message = f"{running} of minReplicas {floor} workers are running"
         # No Event: a worker lost at the floor dips below it until its replacement runs; that is normal.
         ctx.condition(conditions.BELOW_MIN_REPLICAS, True, "BelowMinReplicas", message, event=None)
-    elif not below and conditions.is_true(ctx.status, conditions.BELOW_MIN_REPLICAS):
+    elif not below and conditions.is_true(ctx.draft.new_status, conditions.BELOW_MIN_REPLICAS):
         ctx.condition(
             conditions.BELOW_MIN_REPLICAS, False, "MinReplicasRunning", f"{running} workers are running", event=None
         )
@@ -113,11 +134,13 @@ def conflict_condition(ctx: PlanContext) -> None:
                 else ""
             )
         )
-        if conditions.set_condition(ctx.status, conditions.RESOURCE_CONFLICT, True, "NotOwned", message, ctx.now):
+        if conditions.set_condition(
+            ctx.draft.new_status, conditions.RESOURCE_CONFLICT, True, "NotOwned", message, ctx.now
+        ):
             ctx.draft.status_events.append(Emit("Warning", "ResourceConflict", message))
-    elif conditions.get_condition(ctx.status, conditions.RESOURCE_CONFLICT) is not None:
+    elif conditions.get_condition(ctx.draft.new_status, conditions.RESOURCE_CONFLICT) is not None:
         conditions.set_condition(
-            ctx.status, conditions.RESOURCE_CONFLICT, False, "Resolved", "no conflicting objects", ctx.now
+            ctx.draft.new_status, conditions.RESOURCE_CONFLICT, False, "Resolved", "no conflicting objects", ctx.now
         )
 
 
@@ -126,7 +149,7 @@ def detect_finish(ctx: PlanContext) -> None:
     if launcher is not None and is_owned_by(launcher, ctx.job):
         if condition_true(launcher, "Complete"):
             done = (launcher.get("status") or {}).get("completionTime") or ctx.now
-            ctx.status.completion_time = done
+            ctx.draft.new_status.completion_time = done
             ctx.condition(
                 conditions.SUCCEEDED,
                 True,
@@ -145,7 +168,7 @@ def detect_finish(ctx: PlanContext) -> None:
                 reason = f"{reason}/{pst.get('reason') or 'Error'}"
                 if pst.get("message"):
                     message = f"{message}: {pst['message']}"
-            ctx.status.completion_time = ctx.now
+            ctx.draft.new_status.completion_time = ctx.now
             ctx.condition(conditions.FAILED, True, reason, message, event="Warning")
             return
     if ctx.spec.elastic_policy is None:
@@ -154,7 +177,7 @@ def detect_finish(ctx: PlanContext) -> None:
         ]
         if evicted:
             total = len(ctx.workers)
-            ctx.status.completion_time = ctx.now
+            ctx.draft.new_status.completion_time = ctx.now
             ctx.condition(
                 conditions.FAILED,
                 True,
@@ -165,8 +188,8 @@ def detect_finish(ctx: PlanContext) -> None:
 
 
 def write_status(ctx: PlanContext) -> None:
-    ctx.status.replica_statuses = dict(ctx.status.replica_statuses)  # always written, if empty
-    patch = status_patch(ctx.job, ctx.old_status, ctx.status, ctx.now)
+    ctx.draft.new_status.replica_statuses = dict(ctx.draft.new_status.replica_statuses)  # always written, if empty
+    patch = status_patch(ctx.job, ctx.old_status, ctx.draft.new_status, ctx.now)
     if patch is not None:
         # Announced with the status write, so a retried reconcile does not repeat them.
         ctx.draft.status.append(replace(patch, announce=tuple(ctx.draft.status_events)))

@@ -10,6 +10,7 @@ Vocabulary:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -140,32 +141,78 @@ MAX_CONFIRMATIONS = 16
 
 
 def absences_to_confirm(snapshot: Snapshot, spec: MPIJobSpec) -> list[tuple[str, str]]:
-    """(kind, name) of objects missing from the cache whose absence would drive a destructive or
-    replica-lowering decision and that no live read has answered yet: the node of a live worker of an
-    elastic job (node deleted -> scale-in, immediate delete), and a worker that was serving at the last
-    status write (vanished -> counted as lost in a ScaleIn job)."""
+    """(kind, name) of objects missing from the cache whose absence would drive a destructive, replica-lowering
+    or request-dropping decision and that no live read has answered yet: the node of a live worker of an
+    elastic job (node deleted -> scale-in, immediate delete), a worker that was serving at the last status
+    write (vanished -> counted as lost in a ScaleIn job), and a workersToDelete name that may be a worker
+    the cache does not show yet (`may_be_uncached_worker`: absent -> dropped as "no such pod")."""
     policy = spec.elastic_policy
-    if policy is None or spec.run_policy.suspend:
+    if policy is None:
         return []
     needed: list[tuple[str, str]] = []
     workers = workers_of(snapshot)
-    for pod in workers:
-        node = pod_node(pod)
-        if node is None or is_terminating(pod) or node in snapshot.nodes:
-            continue
-        if ("Node", node) not in snapshot.absence_checks and ("Node", node) not in needed:
-            needed.append(("Node", node))
-    if policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN:
-        names = {name_of(p) for p in workers}
-        listed = set(policy.workers_to_delete)
-        for name in read_status(snapshot.job.get("status")).discovered_hosts:
-            if name in names or name in listed:
+    names = {name_of(p) for p in workers}
+    if not spec.run_policy.suspend:
+        for pod in workers:
+            node = pod_node(pod)
+            if node is None or is_terminating(pod) or node in snapshot.nodes:
                 continue
-            if constants.worker_index(name_of(snapshot.job), name) is None:
-                continue  # not a name of ours: never counted, nothing to confirm
-            if ("Pod", name) not in snapshot.absence_checks:
-                needed.append(("Pod", name))
+            if ("Node", node) not in snapshot.absence_checks and ("Node", node) not in needed:
+                needed.append(("Node", node))
+        if policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN:
+            listed = set(policy.workers_to_delete)
+            for name in read_status(snapshot.job.get("status")).discovered_hosts:
+                if name in names or name in listed:
+                    continue
+                if constants.worker_index(name_of(snapshot.job), name) is None:
+                    continue  # not a name of ours: never counted, nothing to confirm
+                if ("Pod", name) not in snapshot.absence_checks:
+                    needed.append(("Pod", name))
+    needed += _listed_to_confirm(snapshot, policy.workers_to_delete, workers)
     return needed[:MAX_CONFIRMATIONS]
+
+
+def _listed_to_confirm(snapshot: Snapshot, listed: Sequence[str], workers: Sequence[Obj]) -> list[tuple[str, str]]:
+    """Listed names that may be workers the cache does not show yet, asked for in one round per reconcile
+    (also while suspended, or the request would wait for the resume): an unanswered one only stays listed
+    (nothing else depends on it), so the plan goes on once a round was answered, and a long list of stale
+    names is worked through MAX_CONFIRMATIONS per reconcile rather than blocking every plan."""
+    if not listed:
+        return []
+    status = read_status(snapshot.job.get("status"))
+    recorded = {*status.discovered_hosts, *status.leaving_workers, *(name_of(p) for p in workers)}
+    last_index = allocated_up_to(snapshot, workers)
+    candidates = [
+        name
+        for name in dict.fromkeys(listed)
+        if name not in recorded and may_be_uncached_worker(snapshot, name, last_index)
+    ]
+    if any(("Pod", name) in snapshot.absence_checks for name in candidates):
+        return []
+    return [("Pod", name) for name in candidates]
+
+
+def allocated_up_to(snapshot: Snapshot, workers: Sequence[Obj]) -> int:
+    """The highest worker index this job has allocated as far as it knows (-1 for none): status.lastWorkerIndex
+    (read strictly, as `worker_writes.last_worker_index` reads it: out of range is ignored) or the highest
+    index of an existing worker, whichever is higher."""
+    value = read_status(snapshot.job.get("status")).last_worker_index
+    recorded = value if value is not None and 0 <= value <= constants.MAX_WORKER_INDEX else -1
+    job_name = name_of(snapshot.job)
+    taken = (i for p in workers if (i := constants.worker_index(job_name, name_of(p))) is not None)
+    return max(recorded, max(taken, default=-1))
+
+
+def may_be_uncached_worker(snapshot: Snapshot, name: str, last_index: int) -> bool:
+    """Whether a workersToDelete name that no pod in the cache holds may still be a worker of this job that
+    the cache does not show yet (created moments ago): named like this job's workers, with an index the job
+    has allocated (`lastWorkerIndex` is in the status before the create goes out). Such a name stays listed
+    until the pod shows up or a live read confirms it absent; any other name can never be a worker of this
+    job and is dropped at once (`describe_bad_name`)."""
+    if name in snapshot.pods_by_name:
+        return False
+    index = constants.worker_index(name_of(snapshot.job), name)
+    return index is not None and index <= last_index
 
 
 def is_leaving(pod: Obj) -> bool:

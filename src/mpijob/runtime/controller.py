@@ -133,6 +133,13 @@ class Controller:
         # so this is how a reconcile after a 409 on the status write still knows the Secret is ours).
         self.created: dict[Key, dict[tuple[str, str], str | None]] = {}
         self.written_config_maps: dict[Key, int] = {}
+        # Answers of live reads (ConfirmAbsence) of a reconcile that ran out of rounds before its plan could
+        # be made, for the job's next reconcile (queued at once), until a plan is made: a job that needs more
+        # reads than one reconcile may make (more than CONFIRM_ROUNDS x MAX_CONFIRMATIONS workers gone while
+        # the operator was down) is planned after several reconciles instead of asking the same first reads
+        # forever. A carried answer may only be conservative when it ages: "gone" stays gone (a name of ours is
+        # not made again while no plan is made), "exists" at worst keeps a worker or node a plan longer.
+        self.carried_checks: dict[Key, dict[tuple[str, str], bool]] = {}
         self.leading = asyncio.Event()
         # Leadership fences every write, not only each dequeued key (issue 8, rule 11).
         executor.fence = self.leading.is_set
@@ -348,6 +355,7 @@ class Controller:
             self.expected_pods.pop(key, None)
             self.created.pop(key, None)
             self.written_config_maps.pop(key, None)
+            self.carried_checks.pop(key, None)
             return None
         if _rv(job) < self.written.get(key, 0):
             log.debug("%s/%s: cache at rv %s, we wrote %s; waiting", *key, _rv(job), self.written.get(key))
@@ -397,9 +405,9 @@ class Controller:
     async def _plan_and_apply(self, job: dict[str, Any]) -> Outcome:
         """plan -> apply; a plan that asks for live reads (ConfirmAbsence) gets them and is made again with
         the answers (a few rounds at most; each round asks for a bounded number of reads)."""
-        checks: dict[tuple[str, str], bool] = {}
         meta = job["metadata"]
         key = (str(meta["namespace"]), str(meta["name"]))
+        checks: dict[tuple[str, str], bool] = self.carried_checks.pop(key, {})
         recorded = (job.get("status") or {}).get("sshSecretUID")
         created = {k: v for k, v in self.created.pop(key, {}).items() if v != recorded}
         for _ in range(CONFIRM_ROUNDS):
@@ -423,6 +431,11 @@ class Controller:
             # (the second plan reports the conflict in the status).
             self.stats.live_reads += len(outcome.absence_checks)
             checks.update(outcome.absence_checks)
+        else:
+            if outcome.absence_checks and outcome.error is None:
+                # Out of rounds with the plan still asking: the next reconcile goes on from these answers.
+                self.carried_checks[key] = checks
+                outcome.requeue_after = 0.0
         # Keep what was created until the status shows it; a refusal is retried on the next reconcile.
         kept: dict[tuple[str, str], str | None] = {k: v for k, v in created.items() if v is not None}
         if kept:

@@ -1,0 +1,159 @@
+"""The worker decisions of a valid, unfinished job, and the writes that carry them out, by phase (see `Plan`):
+the spec patch that records them (record), the leaving annotations (mark), their Events (announce), and the
+deletes and creates of worker pods (delete, create) with the replacement backoff and the slow start.
+
+The decisions themselves are the pure steps of workers.py (static jobs) and elastic.py; each function here
+takes the plan's PlanContext and adds to its draft, like child_writes.py does for the other objects."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from mpijob.api import constants
+from mpijob.api.models import API_VERSION
+from mpijob.planner import children, podgroups
+from mpijob.planner.actions import Patch
+from mpijob.planner.backoff import replacement_backoff
+from mpijob.planner.draft import PlanContext
+from mpijob.planner.elastic import plan_elastic
+from mpijob.planner.snapshot import meta, name_of
+from mpijob.planner.workers import WorkerPlan, plan_static
+
+SLOW_START_CREATES = 16
+MAX_CREATES_PER_RECONCILE = 500
+# Leaving marks and pod deletes one reconcile may send (a 10,000-worker job suspended or scaled down must not
+# send 20,000 writes from one reconcile, out of the operator's one QPS budget); the rest follow in the next
+# reconciles, woken by the pods' watch events and, at the latest, after BUDGET_REQUEUE_SECONDS.
+MAX_MARKS_PER_RECONCILE = 500
+MAX_DELETES_PER_RECONCILE = 500
+BUDGET_REQUEUE_SECONDS = 1.0
+
+
+def create_budget(existing_workers: int) -> int:
+    """How many worker pods one reconcile may create: 16 at first, then about twice what exists."""
+    return min(MAX_CREATES_PER_RECONCILE, max(SLOW_START_CREATES, 2 * existing_workers))
+
+
+def last_worker_index(ctx: PlanContext) -> int:
+    """status.lastWorkerIndex, read strictly: anything but an integer in [0, MAX_WORKER_INDEX] (a status
+    writer's typo, a huge number that would make worker names invalid) is ignored; the highest index
+    of an existing worker takes its place, and the next status write corrects it."""
+    value = ctx.draft.new_status.last_worker_index
+    if value is not None and 0 <= value <= constants.MAX_WORKER_INDEX:
+        return value
+    if value is not None or "lastWorkerIndex" in ctx.previous.invalid:
+        taken = [i for p in ctx.workers if (i := constants.worker_index(ctx.name, name_of(p))) is not None]
+        ctx.draft.new_status.last_worker_index = max(taken) if taken else None
+    return -1 if ctx.draft.new_status.last_worker_index is None else ctx.draft.new_status.last_worker_index
+
+
+def decide(ctx: PlanContext, suspended: bool) -> WorkerPlan:
+    """Which workers to keep, mark as leaving, delete or create, and what to record in the spec."""
+    if ctx.spec.elastic_policy is None:
+        return plan_static(ctx.snapshot, ctx.spec, suspended=suspended)
+    return plan_elastic(
+        ctx.snapshot,
+        ctx.spec,
+        suspended=suspended,
+        last_index=last_worker_index(ctx),
+        previous=ctx.previous.status,
+    )
+
+
+def within_budget(ctx: PlanContext, decided: WorkerPlan) -> WorkerPlan:
+    """The decisions, with at most MAX_MARKS_PER_RECONCILE leaving marks and MAX_DELETES_PER_RECONCILE
+    deletes; the next reconcile decides the rest again. Workers on a terminating node are marked first. A
+    worker that leaves now is deleted only with its mark (a deleted worker always carries its leaving time);
+    all leavers are out of discovery at once, whatever the budget (one write)."""
+    signalled = {name_of(signal.pod) for signal in decided.signals}
+    leaves = sorted(decided.to_leave, key=lambda leave: name_of(leave.pod) not in signalled)
+    marked = leaves[:MAX_MARKS_PER_RECONCILE]
+    unmarked = {name_of(leave.pod) for leave in leaves[len(marked) :]}
+    deletes = [pod for pod in decided.to_delete if name_of(pod) not in unmarked]
+    bounded = replace(decided, to_leave=tuple(marked), to_delete=tuple(deletes[:MAX_DELETES_PER_RECONCILE]))
+    if unmarked or len(deletes) > MAX_DELETES_PER_RECONCILE:
+        ctx.draft.wake.append(BUDGET_REQUEUE_SECONDS)
+    return bounded
+
+
+def record_decisions(ctx: PlanContext, decided: WorkerPlan) -> None:
+    """The spec patch (phase record) for replicas lowered and names listed by node terminations and lost
+    workers; optimistic on the job's resourceVersion, so a concurrent edit makes the plan be made again."""
+    patch: dict[str, Any] = {}
+    if decided.new_replicas is not None:
+        patch.setdefault("spec", {})["mpiReplicaSpecs"] = {"Worker": {"replicas": decided.new_replicas}}
+    if decided.new_workers_to_delete is not None:
+        patch.setdefault("spec", {})["elasticPolicy"] = {"workersToDelete": decided.new_workers_to_delete}
+    if patch:
+        ctx.draft.record.append(
+            Patch(
+                API_VERSION,
+                "MPIJob",
+                ctx.name,
+                patch,
+                resource_version=meta(ctx.job).get("resourceVersion"),
+            )
+        )
+
+
+def mark_leaving(ctx: PlanContext, decided: WorkerPlan) -> None:
+    """The leaving annotation (since now, and why) on each worker that leaves; optimistic, so a worker
+    that changed since the snapshot is decided again on fresh data."""
+    for leave in decided.to_leave:
+        annotations = {
+            constants.ANNOTATION_LEAVING_SINCE: ctx.now,
+            constants.ANNOTATION_LEAVING_REASON: leave.reason,
+        }
+        ctx.draft.mark.append(
+            Patch(
+                "v1",
+                "Pod",
+                name_of(leave.pod),
+                {"metadata": {"annotations": annotations}},
+                resource_version=meta(leave.pod).get("resourceVersion"),
+            )
+        )
+
+
+def announce_decisions(ctx: PlanContext, decided: WorkerPlan) -> None:
+    """One Event per decision: workers leaving because of a node are named by its NodeTerminating Event,
+    the others in one WorkersLeaving Event."""
+    ctx.draft.announce += decided.events
+    announced = {name_of(signal.pod) for signal in decided.signals}
+    leaving = [leave for leave in decided.to_leave if name_of(leave.pod) not in announced]
+    if leaving:
+        ctx.emit(
+            "Normal",
+            "WorkersLeaving",
+            f"workers {', '.join(name_of(leave.pod) for leave in leaving)} left discovery "
+            f"({', '.join(sorted({leave.reason for leave in leaving}))})",
+        )
+
+
+def delete_and_create(ctx: PlanContext, decided: WorkerPlan, suspended: bool) -> WorkerPlan:
+    """Deletes and creates of worker pods (phases delete and create: after the status write, which records
+    discoveredHosts, leavingWorkers and lastWorkerIndex first). Returns the decisions with the creates
+    that really go out."""
+    for pod in decided.to_delete:
+        ctx.delete_pod(pod, "suspended" if suspended else "leaving the job")
+    if ctx.foreign_children():
+        # Fail closed: a worker would mount someone else's discover_hosts.sh or SSH key.
+        decided = replace(decided, to_create=())
+    decided = replacement_backoff(ctx, decided)
+    # Slow start, as ReplicaSets do: a job cannot flood the API server (or a quota) with creates; each
+    # reconcile may create about as many workers as exist, and the next one (woken by their watch
+    # events) more.
+    decided = replace(decided, to_create=decided.to_create[: create_budget(len(ctx.workers))])
+    config = ctx.snapshot.config
+    for index in decided.to_create:
+        pod = children.worker_pod(ctx.job, ctx.spec, index, config.cluster_domain)
+        podgroups.decorate(pod["metadata"], pod["spec"], ctx.name, config.gang_scheduler)
+        ctx.draft.create.append(ctx.creation(pod))
+    if decided.to_create:
+        ctx.draft.new_status.last_worker_index = max([*decided.to_create, last_worker_index(ctx)])
+    for name in decided.foreign_names:
+        ctx.draft.conflicts.append(f"Pod {name}")
+    if decided.wake_after is not None:
+        ctx.draft.wake.append(decided.wake_after)
+    return decided
