@@ -167,11 +167,10 @@ async def _world(kube: Kube, job: str, nodes: list[str], testbed: Any) -> str:
     the convergence conditions is unmet tells whose move it was (the operator's, the scheduler's, kwok's)."""
     from mpijob_testbed import cluster
 
-    lines = [
-        "testbed: "
-        + ", ".join(f"{x.name} {'runs' if x.running else 'DOWN'}" for x in cluster.status(testbed.state_dir).components)
-    ]
+    lines: list[str] = []
     try:
+        components = cluster.status(testbed.state_dir).components
+        lines.append("testbed: " + ", ".join(f"{x.name} {'runs' if x.running else 'DOWN'}" for x in components))
         body = await kube.job(job)
         status = body.get("status") or {}
         lines.append(
