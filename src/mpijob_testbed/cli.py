@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from mpijob_testbed import cluster, demo
+from mpijob_testbed import cluster, demo, realnode
 from mpijob_testbed.build import run_build
 from mpijob_testbed.client import kubeconfig_path
 from mpijob_testbed.errors import TestbedError
@@ -44,6 +44,7 @@ def _up(args: argparse.Namespace) -> int:
         echo=_echo,
         with_=tuple(args.with_.split(",")),
         real_node=args.real_node,
+        real_nodes=args.real_nodes,
     )
     print(f"nodes: {', '.join(tb.nodes) or '(none)'}")
     print(f"export KUBECONFIG={tb.kubeconfig}")
@@ -112,6 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--real-node",
         action="store_true",
         help="also run one real node (containerd + kubelet on this host; root; installs Debian packages)",
+    )
+    p.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N real nodes real-1..real-N instead (each its own containerd + kubelet on this host; "
+        f"at most {realnode.MAX_REAL_NODES}; see docs/testbed.md)",
     )
     p.set_defaults(func=_guarded(_up))
 

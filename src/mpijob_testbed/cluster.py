@@ -344,10 +344,12 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> Status:
         pid, running = _component_pid(layout, component, bin_dir)
         components.append(ComponentStatus(component, pid, running, layout.log(component)))
     if state is not None and state.get("real_node"):
-        for component in realnode.NODE_COMPONENTS:
-            pid = processes.read_pid(layout.pid(component))
-            alive = pid is not None and processes.is_running(pid, realnode.binary(component))
-            components.append(ComponentStatus(component, pid, alive, layout.log(component)))
+        for node in realnode.node_layouts(layout):
+            for component in realnode.NODE_COMPONENTS:
+                name = node.component(component)
+                pid = processes.read_pid(layout.pid(name))
+                alive = pid is not None and processes.is_running(pid, realnode.binary(component))
+                components.append(ComponentStatus(name, pid, alive, layout.log(name)))
     if state is None:
         return Status(layout.root, False, None, tuple(components), False, ())
     ports = _state_ports(state)
@@ -376,11 +378,13 @@ def up(
     echo: Echo = print,
     with_: tuple[str, ...] = (),
     real_node: bool = False,
+    real_nodes: int = 0,
 ) -> Testbed:
     """Start a testbed with `nodes` fake nodes, or make sure the one already running has them.
 
-    `real_node` adds one real node (containerd and a kubelet on this host, see realnode.py); a running
-    testbed without one is not changed into one: `down` it first.
+    `real_node` adds one real node (containerd and a kubelet on this host, see realnode.py), `real_nodes`
+    that many (real-1..real-N, each its own containerd and kubelet); a running testbed without them is not
+    changed into one: `down` it first.
 
     Builds the binaries when missing. A directory holding a stopped or half-dead testbed is cleaned
     (remaining processes stopped, files removed) and started afresh. On failure every process started
@@ -388,7 +392,10 @@ def up(
     """
     if nodes < 0:
         raise TestbedError("--nodes must be 0 or more")
+    if real_nodes < 0:
+        raise TestbedError("--real-nodes must be 0 or more")
     with_ = extras.parse_with(with_)
+    real_count = max(real_nodes, 1 if real_node else 0)
     layout = Layout(resolve_state_dir(state_dir))
     _prepare_dir(layout)
     with _locked(layout):
@@ -398,8 +405,12 @@ def up(
             old_bins = _state_bin_dir(state)
             alive = [c for c in COMPONENTS if _component_pid(layout, c, old_bins)[1]]
             if len(alive) == len(COMPONENTS) and _apiserver_ready(layout, ports):
-                if real_node and not state.get("real_node"):
-                    raise TestbedError(f"the testbed at {layout.root} runs without a real node; `down` it first")
+                running_real = len(state.get("real_nodes") or ([state["real_node"]] if state.get("real_node") else []))
+                if real_count and running_real != real_count:
+                    raise TestbedError(
+                        f"the testbed at {layout.root} runs with {running_real} real node(s), not {real_count};"
+                        " `down` it first"
+                    )
                 _say(echo, f"already running at {layout.root} (API server {apiserver_url(ports)})")
                 names = ensure_nodes(_admin_rest(layout, ports), nodes, layout, echo)
                 extras.ensure(layout, _admin_rest(layout, ports), with_, echo=echo)
@@ -410,14 +421,14 @@ def up(
             _say(echo, f"found a stopped or broken testbed in {layout.root}; cleaning it up")
             _stop_all(layout, _state_bin_dir(state), echo)
             _wipe(layout)
-        return _start_fresh(layout, resolve_bin_dir(bin_dir), nodes, echo, with_, real_node)
+        return _start_fresh(layout, resolve_bin_dir(bin_dir), nodes, echo, with_, real_count)
 
 
 def _start_fresh(
-    layout: Layout, bin_dir: Path, nodes: int, echo: Echo, with_: tuple[str, ...] = (), real_node: bool = False
+    layout: Layout, bin_dir: Path, nodes: int, echo: Echo, with_: tuple[str, ...] = (), real_nodes: int = 0
 ) -> Testbed:
     ensure_binaries(bin_dir, echo=echo)
-    node = realnode.prepare(layout, echo) if real_node else None
+    real = realnode.prepare(layout, echo, real_nodes) if real_nodes else []
     started = time.monotonic()
     ports = Ports(*free_ports(6))
     _say(echo, f"starting in {layout.root} (API server port {ports.apiserver})")
@@ -458,10 +469,10 @@ def _start_fresh(
     layout.state_file.write_text(json.dumps(state, indent=2) + "\n")
     try:
         extra: list[str] = []
-        if node is not None:
-            realnode.issue_certificates(pki, node)
-            realnode.setup_network(ports.apiserver)
-            extra = realnode.apiserver_flags(pki, node)
+        if real:
+            realnode.issue_certificates(pki, real)
+            realnode.setup_network(ports.apiserver, real)
+            extra = realnode.apiserver_flags(pki, real[0])
         for component in COMPONENTS:
             _start(
                 component,
@@ -475,8 +486,9 @@ def _start_fresh(
         _wait_default_service_account(rest, layout)
         names = ensure_nodes(rest, nodes, layout, echo)
         extras.ensure(layout, rest, with_, echo=echo)
-        if node is not None:
-            state["real_node"] = realnode.start(layout, pki, server, rest, echo)
+        if real:
+            started_nodes = [realnode.start(layout, pki, server, rest, echo, n.index) for n in real]
+            state["real_node"], state["real_nodes"] = started_nodes[0], started_nodes
             layout.state_file.write_text(json.dumps(state, indent=2) + "\n")
             names = _sorted_names(_list_nodes(rest))
     except BaseException:

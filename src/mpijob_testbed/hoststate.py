@@ -54,7 +54,8 @@ PATHS = (
 _OWN_CHAIN = re.compile(r"^(KUBE-|CNI-|MPIJOB-)")
 _OWN_LINK = re.compile(r"^(mpijobtb\d+|veth[0-9a-f]+)$")
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
-_OWN_CGROUP = ("kubepods", "kubepods.slice")
+# The kubelet's default root, and the cgroup roots of real-2.. (realnode.NodeLayout.cgroup_root).
+_OWN_CGROUP = ("kubepods", "kubepods.slice", *(f"mpijobtb-real-{i}" for i in range(2, 5)))
 
 
 def _read(path: Path) -> str | None:

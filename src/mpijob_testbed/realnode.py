@@ -1,12 +1,19 @@
-"""One real node beside the kwok nodes: containerd + the kubelet, pod networking on a bridge, local images.
+"""Real nodes beside the kwok nodes: containerd + the kubelet, pod networking on a bridge, local images.
 
-Opt-in (`mpijob-testbed up --real-node`). Host-wide things a kubelet needs (root, Debian packages) are
-checked first; everything the node writes goes under `<state dir>/node/` except what the kubelet,
-containerd and CNI hard-code (see docs/testbed.md). The host is captured before anything changes
-(`hoststate.capture()` into `node/host-before.json`) and `stop()` puts back the difference.
+Opt-in (`mpijob-testbed up --real-node`, or `--real-nodes N` for real-1..real-N on this one host).
+Host-wide things a kubelet needs (root, Debian packages) are checked first; everything node i writes goes
+under `<state dir>/node/` (real-1) or `<state dir>/node<i>/` except what the kubelet, containerd and CNI
+hard-code (see docs/testbed.md). The host is captured before anything changes (`hoststate.capture()` into
+`node/host-before.json`) and `stop()` puts back the difference.
 
-Network: the bridge `mpijobtb0` carries 10.250.0.1/24 (the node's InternalIP, where the kubelet
-listens); pods get 10.250.0.10+ from the CNI bridge plugin. The API server stays on 127.0.0.1: one nat
+Each node has its own containerd (root, state, socket): a kubelet removes every sandbox in its runtime
+that is not one of its pods, so two kubelets must never share one. Node 2+ also get their own cgroup root
+(`/mpijobtb-real-<i>` under each controller) so no kubelet manages another's pod cgroups.
+
+Network: one bridge `mpijobtb0` for all nodes, 10.250.0.0/24. It carries 10.250.0.1 (real-1's InternalIP
+and every pod's gateway) and 10.250.0.<i> for real-<i> (secondary addresses, where each kubelet listens);
+each node's CNI config hands out a disjoint slice of the subnet (`pod_range`) from its own host-local
+data dir, so pods on different nodes talk over the one bridge. The API server stays on 127.0.0.1: one nat
 rule DNATs the `kubernetes` Service address (10.96.0.1:443) arriving on the bridge to 127.0.0.1:<port>,
 which the bridge's own `route_localnet` sysctl allows (it disappears with the bridge), so in-cluster
 config works in pods without exposing the API server on another address.
@@ -41,6 +48,10 @@ NODE_NAME = "real-1"
 BRIDGE = "mpijobtb0"
 NODE_IP = "10.250.0.1"
 POD_SUBNET = "10.250.0.0/24"
+MAX_REAL_NODES = 4
+# Each node's slice of POD_SUBNET for its pods (maxPods is 20): real-1 .10-.69, real-2 .70-.129, ...
+_POD_RANGE_START, _POD_RANGE_SIZE = 10, 60
+CGROUP_ROOT_PREFIX = "mpijobtb-real-"
 # Pods that should run on the real node tolerate this taint and select the label; nothing else lands there
 # (the other tests' pods would otherwise try to run their images for real).
 REAL_NODE_TAINT = "testbed.mpijob.io/real-node"
@@ -59,7 +70,29 @@ _APISERVER_KUBELET_CLIENT = ("kube-apiserver-kubelet-client", ("system:masters",
 
 @dataclass(frozen=True)
 class NodeLayout:
-    root: Path  # <state dir>/node
+    root: Path  # <state dir>/node (real-1) or <state dir>/node<i>
+    index: int = 1
+
+    @property
+    def name(self) -> str:
+        return f"real-{self.index}"
+
+    @property
+    def ip(self) -> str:
+        return f"10.250.0.{self.index}"
+
+    @property
+    def cgroup_root(self) -> str | None:
+        """real-1 keeps the kubelet's default (`/kubepods`); the others their own top-level cgroup."""
+        return None if self.index == 1 else f"/{CGROUP_ROOT_PREFIX}{self.index}"
+
+    def component(self, name: str) -> str:
+        """Pid/log file name of this node's containerd or kubelet (`kubelet`, `kubelet-2`, ...)."""
+        return name if self.index == 1 else f"{name}-{self.index}"
+
+    def pod_range(self) -> tuple[str, str]:
+        start = _POD_RANGE_START + (self.index - 1) * _POD_RANGE_SIZE
+        return f"10.250.0.{start}", f"10.250.0.{start + _POD_RANGE_SIZE - 1}"
 
     @property
     def before(self) -> Path:
@@ -94,8 +127,19 @@ class NodeLayout:
         return self.root / "images"
 
 
-def node_layout(layout: Layout) -> NodeLayout:
-    return NodeLayout(layout.root / "node")
+def node_layout(layout: Layout, index: int = 1) -> NodeLayout:
+    return NodeLayout(layout.root / ("node" if index == 1 else f"node{index}"), index)
+
+
+def node_layouts(layout: Layout) -> list[NodeLayout]:
+    """The nodes of this testbed: real-1 and every further node directory that exists."""
+    return [
+        node_layout(layout, i) for i in range(1, MAX_REAL_NODES + 1) if i == 1 or node_layout(layout, i).root.exists()
+    ]
+
+
+def node_names(count: int) -> list[str]:
+    return [NodeLayout(Path("/"), i).name for i in range(1, count + 1)]
 
 
 def node_bin_dir() -> Path:
@@ -139,15 +183,19 @@ def _script(name: str, *args: str, echo: Echo, env: dict[str, str] | None = None
         raise TestbedError(f"testbed/{name} failed with exit code {code}")
 
 
-def prepare(layout: Layout, echo: Echo) -> NodeLayout:
+def prepare(layout: Layout, echo: Echo, count: int = 1) -> list[NodeLayout]:
     """Host packages, the kubelet binary and the images; then record the host as it is now."""
     reason = machine_supports_real_node()
     if reason:
         raise TestbedError(f"--real-node: {reason}")
-    node = node_layout(layout)
-    node.root.mkdir(parents=True, exist_ok=True)
-    if len(str(node.socket)) > _MAX_SOCKET:
-        raise TestbedError(f"--real-node: state directory path too long for a unix socket ({node.socket})")
+    if not 1 <= count <= MAX_REAL_NODES:
+        raise TestbedError(f"--real-nodes must be 1 to {MAX_REAL_NODES}, not {count}")
+    nodes = [node_layout(layout, i) for i in range(1, count + 1)]
+    for n in nodes:
+        n.root.mkdir(parents=True, exist_ok=True)
+        if len(str(n.socket)) > _MAX_SOCKET:
+            raise TestbedError(f"--real-node: state directory path too long for a unix socket ({n.socket})")
+    node = nodes[0]
     t = time.monotonic()
     _script("install-node-deps.sh", echo=echo)
     _script("build-node.sh", echo=echo, env={**os.environ, ENV_NODE_BIN: str(node_bin_dir())})
@@ -156,7 +204,7 @@ def prepare(layout: Layout, echo: Echo) -> NodeLayout:
     if any(name.startswith(BRIDGE) for name in hoststate.links()):
         raise TestbedError(f"--real-node: a {BRIDGE} bridge exists already (another real-node testbed?)")
     node.before.write_text(json.dumps(hoststate.capture(), indent=1) + "\n")
-    return node
+    return nodes
 
 
 def apiserver_flags(pki: Pki, node: NodeLayout) -> list[str]:
@@ -170,26 +218,37 @@ def apiserver_flags(pki: Pki, node: NodeLayout) -> list[str]:
     ]
 
 
-def issue_certificates(pki: Pki, node: NodeLayout) -> None:
+def issue_certificates(pki: Pki, nodes: list[NodeLayout]) -> None:
     user, groups = _APISERVER_KUBELET_CLIENT
-    issue_leaf(pki, node.root / "apiserver-kubelet-client", common_name=user, organizations=groups, server=False)
-    # The Node authorizer and NodeRestriction know a kubelet by this name and group.
-    issue_leaf(
-        pki,
-        node.root / "kubelet-client",
-        common_name=f"system:node:{NODE_NAME}",
-        organizations=("system:nodes",),
-        server=False,
-    )
-    issue_leaf(
-        pki, node.root / "kubelet-serving", common_name=NODE_NAME, server=True, dns_names=(NODE_NAME,), ips=(NODE_IP,)
-    )
+    first = nodes[0]
+    issue_leaf(pki, first.root / "apiserver-kubelet-client", common_name=user, organizations=groups, server=False)
+    for node in nodes:
+        # The Node authorizer and NodeRestriction know a kubelet by this name and group.
+        issue_leaf(
+            pki,
+            node.root / "kubelet-client",
+            common_name=f"system:node:{node.name}",
+            organizations=("system:nodes",),
+            server=False,
+        )
+        issue_leaf(
+            pki,
+            node.root / "kubelet-serving",
+            common_name=node.name,
+            server=True,
+            dns_names=(node.name,),
+            ips=(node.ip,),
+        )
 
 
-def setup_network(apiserver_port: int) -> None:
-    """The bridge with the node's address, and the `kubernetes` Service DNAT for pods on it."""
+def setup_network(apiserver_port: int, nodes: list[NodeLayout] | None = None) -> None:
+    """The bridge with the nodes' addresses, and the `kubernetes` Service DNAT for pods on it."""
     _run(["ip", "link", "add", BRIDGE, "type", "bridge"], "creating the bridge")
+    # real-1's address first: it is the primary one, which the CNI bridge plugin (isGateway) finds as the
+    # gateway it expects; it would refuse a bridge whose first IPv4 address is another one.
     _run(["ip", "addr", "add", f"{NODE_IP}/24", "dev", BRIDGE], "addressing the bridge")
+    for node in (nodes or [])[1:]:
+        _run(["ip", "addr", "add", f"{node.ip}/24", "dev", BRIDGE], f"adding {node.name}'s address to the bridge")
     _run(["ip", "link", "set", BRIDGE, "up"], "bringing the bridge up")
     # Only for packets arriving on this bridge; goes away with it.
     Path(f"/proc/sys/net/ipv4/conf/{BRIDGE}/route_localnet").write_text("1\n")
@@ -249,6 +308,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 
 def _cni_config(node: NodeLayout) -> dict[str, Any]:
+    first, last = node.pod_range()
     return {
         "cniVersion": "0.4.0",
         "name": "mpijob-testbed",
@@ -259,7 +319,7 @@ def _cni_config(node: NodeLayout) -> dict[str, Any]:
         "hairpinMode": True,
         "ipam": {
             "type": "host-local",
-            "ranges": [[{"subnet": POD_SUBNET, "rangeStart": "10.250.0.10", "gateway": NODE_IP}]],
+            "ranges": [[{"subnet": POD_SUBNET, "rangeStart": first, "rangeEnd": last, "gateway": NODE_IP}]],
             "routes": [{"dst": "0.0.0.0/0"}],
             "dataDir": str(node.root / "cni" / "ipam"),
         },
@@ -267,10 +327,10 @@ def _cni_config(node: NodeLayout) -> dict[str, Any]:
 
 
 def _kubelet_config(node: NodeLayout, pki: Pki, port: int, healthz_port: int) -> dict[str, Any]:
-    return {
+    config: dict[str, Any] = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
-        "address": NODE_IP,
+        "address": node.ip,
         "port": port,
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
@@ -299,11 +359,33 @@ def _kubelet_config(node: NodeLayout, pki: Pki, port: int, healthz_port: int) ->
         "resolvConf": "/etc/resolv.conf",
         "maxPods": 20,
     }
+    if node.cgroup_root:
+        config["cgroupRoot"] = node.cgroup_root
+    return config
 
 
-def start(layout: Layout, pki: Pki, server: str, rest: Rest, echo: Echo) -> dict[str, Any]:
-    """Start containerd, import the images, start the kubelet and wait until the node is Ready."""
-    node = node_layout(layout)
+def _create_cgroup_root(node: NodeLayout) -> None:
+    """The kubelet refuses a cgroupRoot that does not exist: make it under every v1 hierarchy (the cgroup2
+    `unified` mount of a hybrid host is not used by a v1 kubelet). `down` removes it (hoststate)."""
+    if node.cgroup_root is None:
+        return
+    base = Path("/sys/fs/cgroup")
+    for controller in sorted(base.iterdir()):
+        if not controller.is_dir() or controller.is_symlink() or controller.name == "unified":
+            continue
+        d = controller / node.cgroup_root.lstrip("/")
+        d.mkdir(exist_ok=True)
+        if controller.name.startswith("cpuset") or (controller / "cpuset.cpus").exists():
+            # A new v1 cpuset starts empty, and a cgroup without cpus or mems cannot take tasks.
+            for f in ("cpuset.cpus", "cpuset.mems"):
+                with contextlib.suppress(OSError):
+                    (d / f).write_text((controller / f).read_text())
+
+
+def start(layout: Layout, pki: Pki, server: str, rest: Rest, echo: Echo, index: int = 1) -> dict[str, Any]:
+    """Start a node's containerd, import the images, start its kubelet and wait until the node is Ready."""
+    node = node_layout(layout, index)
+    containerd, kubelet = node.component("containerd"), node.component("kubelet")
     t = time.monotonic()
     node.socket.parent.mkdir(parents=True, exist_ok=True)
     node.cni_conf_dir.mkdir(parents=True, exist_ok=True)
@@ -311,13 +393,15 @@ def start(layout: Layout, pki: Pki, server: str, rest: Rest, echo: Echo) -> dict
     (node.cni_conf_dir / "10-mpijob-testbed.conf").write_text(json.dumps(_cni_config(node), indent=2) + "\n")
     pid = processes.spawn(
         [str(CONTAINERD), f"--config={node.containerd_config}", "--log-level=warn"],
-        log_path=layout.log("containerd"),
-        pid_path=layout.pid("containerd"),
+        log_path=layout.log(containerd),
+        pid_path=layout.pid(containerd),
     )
-    _wait(lambda: _ctr(node, "version", check=False) is not None, 30, "containerd to answer", layout, "containerd", pid)
+    _wait(lambda: _ctr(node, "version", check=False) is not None, 30, "containerd to answer", layout, containerd, pid)
+    images = node_layout(layout).images  # built once, in real-1's directory
     for image, name in ((PAUSE_IMAGE, "pause"), (LAUNCHER_IMAGE, "launcher")):
-        _import(node, image, node.images / f"{name}.tar")
-    echo(f"[testbed] containerd ready, images imported ({time.monotonic() - t:.1f}s)")
+        _import(node, image, images / f"{name}.tar")
+    echo(f"[testbed] {node.name}: containerd ready, images imported ({time.monotonic() - t:.1f}s)")
+    _create_cgroup_root(node)
 
     port, healthz = free_ports(2)
     write_kubeconfig(
@@ -327,7 +411,7 @@ def start(layout: Layout, pki: Pki, server: str, rest: Rest, echo: Echo) -> dict
             ca=pki.ca_cert,
             cert=node.root / "kubelet-client.crt",
             key=node.root / "kubelet-client.key",
-            user=f"system:node:{NODE_NAME}",
+            user=f"system:node:{node.name}",
             embed=False,
         ),
     )
@@ -338,15 +422,15 @@ def start(layout: Layout, pki: Pki, server: str, rest: Rest, echo: Echo) -> dict
         f"--kubeconfig={node.kubeconfig}",
         f"--root-dir={node.kubelet_dir}",
         f"--cert-dir={node.root / 'kubelet-pki'}",
-        f"--hostname-override={NODE_NAME}",
-        f"--node-ip={NODE_IP}",
+        f"--hostname-override={node.name}",
+        f"--node-ip={node.ip}",
         f"--node-labels={REAL_NODE_LABEL}=true,type=real",
         "--v=1",
     ]
-    pid = processes.spawn(argv, log_path=layout.log("kubelet"), pid_path=layout.pid("kubelet"))
+    pid = processes.spawn(argv, log_path=layout.log(kubelet), pid_path=layout.pid(kubelet))
 
     def ready() -> bool:
-        code, body = rest.get(f"/api/v1/nodes/{NODE_NAME}")
+        code, body = rest.get(f"/api/v1/nodes/{node.name}")
         if code != 200:
             return False
         conditions = body.get("status", {}).get("conditions") or []
@@ -356,9 +440,9 @@ def start(layout: Layout, pki: Pki, server: str, rest: Rest, echo: Echo) -> dict
             REAL_NODE_TAINT
         ]
 
-    _wait(ready, 120, f"node {NODE_NAME} to be Ready", layout, "kubelet", pid)
-    echo(f"[testbed] real node {NODE_NAME} Ready ({time.monotonic() - t:.1f}s, kubelet log {layout.log('kubelet')})")
-    return {"name": NODE_NAME, "ip": NODE_IP, "kubelet_port": port, "healthz_port": healthz}
+    _wait(ready, 120, f"node {node.name} to be Ready", layout, kubelet, pid)
+    echo(f"[testbed] real node {node.name} Ready ({time.monotonic() - t:.1f}s, kubelet log {layout.log(kubelet)})")
+    return {"name": node.name, "ip": node.ip, "kubelet_port": port, "healthz_port": healthz}
 
 
 def _wait(check: Callable[[], bool], timeout: float, what: str, layout: Layout, component: str, pid: int) -> None:
@@ -380,10 +464,15 @@ def _import(node: NodeLayout, image: str, archive: Path, timeout: float = 120) -
         _ctr(node, "images", "tag", "--force", imported[0], image)
 
 
-def import_image(state_dir: Path, image: str, archive: Path) -> None:
-    """Import one more OCI archive into a running real node's containerd as `image` (e.g. the Horovod image,
-    which only the tests that need it build)."""
-    _import(node_layout(Layout(state_dir)), image, archive, timeout=600)
+def import_image(state_dir: Path, image: str, archive: Path) -> dict[str, float]:
+    """Import one more OCI archive into every real node's containerd as `image` (e.g. the Horovod image,
+    which only the tests that need it build); returns the seconds each node took, by node name."""
+    took = {}
+    for node in node_layouts(Layout(state_dir)):
+        t = time.monotonic()
+        _import(node, image, archive, timeout=600)
+        took[node.name] = round(time.monotonic() - t, 1)
+    return took
 
 
 def _ctr(node: NodeLayout, *args: str, check: bool = True, timeout: float = 120) -> str | None:
@@ -405,7 +494,7 @@ def has_node(layout: Layout) -> bool:
 
 def _delete_pods(rest: Rest, node: NodeLayout, echo: Echo) -> None:
     """Let the kubelet tear its pods down properly (CNI DEL, netns removal) before it is stopped."""
-    code, body = rest.get(f"/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE_NAME}")
+    code, body = rest.get(f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node.name}")
     if code != 200:
         return
     for pod in body.get("items", []):
@@ -417,32 +506,14 @@ def _delete_pods(rest: Rest, node: NodeLayout, echo: Echo) -> None:
         if tasks is not None and not tasks.split():
             return
         time.sleep(0.5)
-    echo("[testbed] real node: containers still running after 30 s; killing them")
+    echo(f"[testbed] real node {node.name}: containers still running after 30 s; killing them")
 
 
 def stop(layout: Layout, rest: Rest | None, echo: Echo) -> list[str]:
-    """Stop the node and put the host back as recorded; returns what still differs (empty = clean)."""
-    node = node_layout(layout)
-    before: dict[str, Any] = json.loads(node.before.read_text())
-    kubelet_pid = processes.read_pid(layout.pid("kubelet"))
-    containerd_pid = processes.read_pid(layout.pid("containerd"))
-    kubelet_alive = kubelet_pid is not None and processes.is_running(kubelet_pid, kubelet_binary())
-    containerd_alive = containerd_pid is not None and processes.is_running(containerd_pid, CONTAINERD)
-    if rest is not None and kubelet_alive and containerd_alive:
-        with contextlib.suppress(Exception):
-            _delete_pods(rest, node, echo)
-    if kubelet_pid is not None and processes.stop_group(kubelet_pid, kubelet_binary()):
-        echo(f"[testbed] stopped kubelet (pid {kubelet_pid})")
-    layout.pid("kubelet").unlink(missing_ok=True)
-    if containerd_alive:
-        for task in (_ctr(node, "tasks", "ls", "-q", check=False) or "").split():
-            _ctr(node, "tasks", "kill", "--signal", "SIGKILL", task, check=False)
-            _ctr(node, "tasks", "delete", "--force", task, check=False)
-        for container in (_ctr(node, "containers", "ls", "-q", check=False) or "").split():
-            _ctr(node, "containers", "delete", container, check=False)
-    if containerd_pid is not None and processes.stop_group(containerd_pid, CONTAINERD):
-        echo(f"[testbed] stopped containerd (pid {containerd_pid})")
-    layout.pid("containerd").unlink(missing_ok=True)
+    """Stop the nodes and put the host back as recorded; returns what still differs (empty = clean)."""
+    before: dict[str, Any] = json.loads(node_layout(layout).before.read_text())
+    for node in node_layouts(layout):
+        _stop_node(layout, node, rest, echo)
     # Shims run in sessions of their own and outlive containerd; their command line names our socket.
     for pid in processes.find_processes(f"{layout.root}{os.sep}", (SHIM, "containerd", "kubelet")):
         with contextlib.suppress(ProcessLookupError):
@@ -461,3 +532,26 @@ def stop(layout: Layout, rest: Rest | None, echo: Echo) -> list[str]:
     for item in left:
         echo(f"[testbed] real node: host still differs: {item}")
     return left
+
+
+def _stop_node(layout: Layout, node: NodeLayout, rest: Rest | None, echo: Echo) -> None:
+    kubelet, containerd = node.component("kubelet"), node.component("containerd")
+    kubelet_pid = processes.read_pid(layout.pid(kubelet))
+    containerd_pid = processes.read_pid(layout.pid(containerd))
+    kubelet_alive = kubelet_pid is not None and processes.is_running(kubelet_pid, kubelet_binary())
+    containerd_alive = containerd_pid is not None and processes.is_running(containerd_pid, CONTAINERD)
+    if rest is not None and kubelet_alive and containerd_alive:
+        with contextlib.suppress(Exception):
+            _delete_pods(rest, node, echo)
+    if kubelet_pid is not None and processes.stop_group(kubelet_pid, kubelet_binary()):
+        echo(f"[testbed] stopped {kubelet} (pid {kubelet_pid})")
+    layout.pid(kubelet).unlink(missing_ok=True)
+    if containerd_alive:
+        for task in (_ctr(node, "tasks", "ls", "-q", check=False) or "").split():
+            _ctr(node, "tasks", "kill", "--signal", "SIGKILL", task, check=False)
+            _ctr(node, "tasks", "delete", "--force", task, check=False)
+        for container in (_ctr(node, "containers", "ls", "-q", check=False) or "").split():
+            _ctr(node, "containers", "delete", container, check=False)
+    if containerd_pid is not None and processes.stop_group(containerd_pid, CONTAINERD):
+        echo(f"[testbed] stopped {containerd} (pid {containerd_pid})")
+    layout.pid(containerd).unlink(missing_ok=True)

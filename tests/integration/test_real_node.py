@@ -3,7 +3,8 @@
 Everything here runs real processes: a pod's in-cluster client, `kubectl logs/exec`, and the launcher of an
 elastic MPIJob (made by the real operator) running the generated discover_hosts.sh every second the way
 Horovod's driver does. The module starts its own testbed (`up(real_node=True)` in a short temporary
-directory), records the host before, and its last test proves `down` put the host back.
+directory), records the host before, and its last test proves `down` put the host back. A module that sets
+`REAL_NODES = 2` (the Horovod module) gets real-1 and real-2 from the same fixture.
 
 Skipped with the reason when the machine cannot run a real node (not root, no cgroups, no apt, Debian's
 packages not installable) or when MPIJOB_SKIP_REAL_NODE=1; with MPIJOB_REQUIRE_REAL_NODE=1 (`make e2e`) that
@@ -58,7 +59,8 @@ def _skip_reason() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def real_testbed() -> Iterator[tuple[cluster.Testbed, dict[str, Any]]]:
+def real_testbed(request: pytest.FixtureRequest) -> Iterator[tuple[cluster.Testbed, dict[str, Any]]]:
+    count = int(getattr(request.module, "REAL_NODES", 1))
     reason = _skip_reason()
     if reason is None:
         # The one step that needs the network (Debian's mirror): a machine without it skips, loudly.
@@ -72,7 +74,9 @@ def real_testbed() -> Iterator[tuple[cluster.Testbed, dict[str, Any]]]:
     # Short: containerd's socket lives inside and unix socket paths are limited to 107 bytes.
     state_dir = Path(tempfile.mkdtemp(prefix="mpijob-rn-"))
     before = hoststate.capture()
-    tb = cluster.up(nodes=2, state_dir=state_dir, real_node=True)
+    t = time.monotonic()
+    tb = cluster.up(nodes=2, state_dir=state_dir, real_nodes=count)
+    print(f"testbed with {count} real node(s) up in {time.monotonic() - t:.1f}s")
     try:
         yield tb, before
     finally:
@@ -475,6 +479,10 @@ async def test_a_configmap_volume_alone_waits_for_the_kubelets_periodic_resync_a
 
 
 def test_down_leaves_the_host_as_it_found_it(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> None:
+    assert_down_leaves_the_host_as_found(real_testbed)
+
+
+def assert_down_leaves_the_host_as_found(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> None:
     tb, before = real_testbed
     assert cluster.down(tb.state_dir)
     assert not tb.state_dir.exists()

@@ -10,6 +10,10 @@ beside Horovod's own driver log (--log-level INFO).
 The testbed has no cluster DNS: the test writes each worker's pod IP into the launcher's /etc/hosts (what a
 headless Service's records would give) and the launcher's discovery script only passes on names that resolve.
 
+Two real nodes (`REAL_NODES = 2`: real-1 and real-2, each its own containerd and kubelet on this host, one
+bridge): the scale-in and rollback cases let the scheduler place the pods on either; the node-termination case
+spreads the workers over both and takes real-2 away.
+
 Skipped with the reason when the real node is not possible (see test_real_node.py) or the image cannot be
 built (the build's output is in the skip message); MPIJOB_SKIP_HOROVOD=1 skips it outright.
 """
@@ -17,6 +21,7 @@ built (the build's output is in the skip message); MPIJOB_SKIP_HOROVOD=1 skips i
 from __future__ import annotations
 
 import asyncio
+import calendar
 import contextlib
 import json
 import os
@@ -28,11 +33,23 @@ from typing import Any
 
 import pytest
 from kube import API_VERSION, Kube, eventually, mpijob
+from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess
-from test_real_node import ON_REAL_NODE, kubectl, real_testbed, record, rn_api, rn_kube, rn_operator  # noqa: F401
+from test_real_node import (  # noqa: F401
+    HOSTNAME,
+    ON_REAL_NODE,
+    assert_down_leaves_the_host_as_found,
+    kubectl,
+    real_testbed,
+    record,
+    rn_api,
+    rn_kube,
+    rn_operator,
+)
 
 from mpijob.api import constants as c
-from mpijob_testbed import cluster, realnode
+from mpijob_testbed import SPOT_ITN_TAINT, cluster, realnode, taint_node, untaint_node
+from mpijob_testbed.nodes import spread_over
 from mpijob_testbed.paths import repo_root
 
 pytestmark = [pytest.mark.integration, pytest.mark.realnode]
@@ -40,6 +57,8 @@ if os.environ.get("MPIJOB_SKIP_HOROVOD") == "1":
     pytest.skip("MPIJOB_SKIP_HOROVOD=1", allow_module_level=True)
 
 Obj = dict[str, Any]
+# real_testbed (test_real_node.py) starts this many real nodes for this module.
+REAL_NODES = 2
 HOROVOD_IMAGE = "mpijob.local/horovod:testbed"
 HERE = Path(__file__).parent / "horovod"
 # How long Gloo's rendezvous waits for a peer (Horovod's default is 30 s). A worker added by a scale-out must
@@ -47,8 +66,10 @@ HERE = Path(__file__).parent / "horovod"
 # took over 30 s once, the old ranks aborted (`Wait timeout after 30 seconds for key(s): 2`) and the driver
 # stopped the job. A failed peer is still seen at once (its connections reset), so this only delays hangs.
 GLOO_TIMEOUT_S = 150
-COMMIT = re.compile(r"COMMIT batch=(\d+) size=(\d+)")
-RESET = re.compile(r"RESET batch=(\d+) size=(\d+)")
+# COMMIT and RESET must end where the script's line ends: Horovod's C++ logger writes into the same stdout, and
+# a line glued to its output must not yield a wrong number (elastic_train.py writes each line in one write).
+COMMIT = re.compile(r"COMMIT batch=(\d+) size=(\d+) loss=")
+RESET = re.compile(r"RESET batch=(\d+) size=(\d+)$", re.MULTILINE)
 ROLLBACK = re.compile(r"ROLLBACK from=(\d+) to=(\d+)")
 # Run in the launcher with {worker name: IP or None} on stdin and the workers' DNS suffix as argument. /etc/hosts
 # is the kubelet's file bind-mounted into the container: it cannot be replaced by a rename, and truncating it would
@@ -91,11 +112,14 @@ def horovod_image(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> str: 
     )
     if build.returncode != 0:
         pytest.skip(f"the Horovod image cannot be built here (exit {build.returncode}): {build.stderr[-2000:]}")
-    realnode.import_image(tb.state_dir, HOROVOD_IMAGE, out / "horovod.tar")
+    took = realnode.import_image(tb.state_dir, HOROVOD_IMAGE, out / "horovod.tar")
+    record(horovod_image_import_s=took)
     return HOROVOD_IMAGE
 
 
-def horovod_job(name: str, image: str, workers: int) -> Obj:
+def horovod_job(
+    name: str, image: str, workers: int, *, worker_placement: Obj | None = None, launcher_placement: Obj | None = None
+) -> Obj:
     script = "/opt/train/elastic_train.py"
     launcher = (
         "cp /opt/train/discover.sh /tmp/discover.sh && chmod +x /tmp/discover.sh && "
@@ -111,7 +135,7 @@ def horovod_job(name: str, image: str, workers: int) -> Obj:
         elastic={"minReplicas": 1, "maxReplicas": 8, "scaleInGracePeriodSeconds": 20, "hostDiscovery": "File"},
         worker_template={
             "spec": {
-                **ON_REAL_NODE,
+                **(worker_placement or ON_REAL_NODE),
                 "volumes": [train_volume],
                 # No command: the operator's default, `/usr/sbin/sshd -De`.
                 "containers": [
@@ -121,7 +145,7 @@ def horovod_job(name: str, image: str, workers: int) -> Obj:
         },
         launcher_template={
             "spec": {
-                **ON_REAL_NODE,
+                **(launcher_placement or ON_REAL_NODE),
                 "volumes": [train_volume],
                 "containers": [
                     {
@@ -145,7 +169,7 @@ class Run:
         self.written: dict[str, tuple[str, str]] = {}  # worker name -> (pod uid, IP) in the launcher's /etc/hosts
         self.launcher = ""
 
-    async def start(self, image: str, workers: int) -> None:
+    async def start(self, image: str, workers: int, **placement: Obj) -> None:
         cm = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -153,7 +177,7 @@ class Run:
             "data": {f.name: f.read_text() for f in (HERE / "elastic_train.py", HERE / "discover.sh")},
         }
         await self.kube.create(cm)
-        await self.kube.create(horovod_job(self.job, image, workers))
+        await self.kube.create(horovod_job(self.job, image, workers, **placement))
 
     async def sync_hosts(self) -> None:
         """Make the launcher's /etc/hosts answer for each worker pod as a headless Service's records would:
@@ -256,9 +280,11 @@ def last_batch(log: str) -> int:
     return found[-1][0] if found else 0
 
 
-async def start_training(tb: cluster.Testbed, kube: Kube, image: str, workers: int) -> tuple[Run, asyncio.Task[None]]:
+async def start_training(
+    tb: cluster.Testbed, kube: Kube, image: str, workers: int, **placement: Obj
+) -> tuple[Run, asyncio.Task[None]]:
     run = Run(tb, kube, "hvd")
-    await run.start(image, workers)
+    await run.start(image, workers, **placement)
     syncer = asyncio.create_task(run.keep_hosts_synced())
     await run.wait_log(lambda log: commits_after(log, 0, workers, 3), f"training on {workers} workers", within=300)
     return run, syncer
@@ -368,3 +394,131 @@ async def test_horovod_elastic_keeps_training_through_a_targeted_scale_in_withou
     finally:
         syncer.cancel()
         await kube.delete(API_VERSION, "MPIJob", run.job)
+
+
+DISCOVERED = re.compile(r"DISCOVERED (\d+\.\d+):(.*)")
+
+
+def delisted_at(log: str, victims: list[str], after: float) -> float | None:
+    """When the launcher's discovery first printed a host list without any of `victims` (after `after`)."""
+    for at, hosts in DISCOVERED.findall(log):
+        names = {h.split(".")[0] for h in hosts.split() if ":" in h}
+        if float(at) > after and names and not names & set(victims):
+            return float(at)
+    return None
+
+
+async def watch_deletions(kube: Kube, job: str, victims: list[str], seen: dict[str, float]) -> None:
+    """For each victim, when its deletion was requested: the pod's deletionTimestamp less its grace period
+    (the API server's clock, whole seconds rounded down, so at most 1 s early), else when the pod was first
+    seen gone (a deletion that finished between two polls: then only an upper bound)."""
+    while len(seen) < len(victims):
+        pods = {p["metadata"]["name"]: p for p in await kube.workers(job)}
+        for name in victims:
+            if name in seen:
+                continue
+            meta = (pods.get(name) or {}).get("metadata") or {}
+            if meta.get("deletionTimestamp"):
+                ts = calendar.timegm(time.strptime(meta["deletionTimestamp"], "%Y-%m-%dT%H:%M:%SZ"))
+                seen[name] = ts - int(meta.get("deletionGracePeriodSeconds") or 0)
+            elif name not in pods:
+                seen[name] = -time.time()  # negative: seen gone, never seen terminating
+        await asyncio.sleep(0.3)
+
+
+async def test_a_spot_interruption_on_one_of_two_real_nodes_removes_its_workers_at_a_commit_and_the_rest_train_on(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_api: ApiClient,  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    horovod_image: str,
+) -> None:
+    """Four workers spread two and two over real-1 and real-2 (the launcher on real-1), then real-2 gets AWS's
+    spot-interruption taint. The operator lists real-2's workers for removal, the launcher's discovery stops
+    printing them, Horovod drops those hosts at its next commit and trains on with two; only then are their
+    pods deleted. The workers on real-1 and the launcher are never restarted."""
+    tb, kube = real_testbed[0], rn_kube
+    nodes = realnode.node_names(2)
+    tolerations = ON_REAL_NODE["tolerations"]
+    labels = {c.LABEL_JOB_NAME: "hvd", c.LABEL_JOB_ROLE: c.ROLE_WORKER}
+    run, syncer = await start_training(
+        tb,
+        kube,
+        horovod_image,
+        4,
+        worker_placement={"tolerations": tolerations, **spread_over(nodes, labels)},
+        launcher_placement={"tolerations": tolerations, "nodeSelector": {HOSTNAME: nodes[0]}},
+    )
+    deletions: dict[str, float] = {}
+    watcher: asyncio.Task[None] | None = None
+    try:
+        workers = await kube.workers(run.job)
+        on = {n: sorted(p["metadata"]["name"] for p in workers if p["spec"].get("nodeName") == n) for n in nodes}
+        victims, keepers = on[nodes[1]], on[nodes[0]]
+        assert len(victims) == 2 and len(keepers) == 2, on
+        uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in workers if p["metadata"]["name"] in keepers}
+        launcher = (await kube.get("v1", "Pod", run.launcher)) or {}
+        assert launcher["spec"]["nodeName"] == nodes[0], launcher["spec"].get("nodeName")
+
+        watcher = asyncio.create_task(watch_deletions(kube, run.job, victims, deletions))
+        mark = last_batch(run.log())
+        t0, tainted = time.monotonic(), time.time()
+        await taint_node(rn_api, nodes[1], SPOT_ITN_TAINT, effect="NoSchedule")
+        await run.wait_log(lambda log: commits_after(log, mark, 2, 1), "a commit with 2 workers")
+        # Coarse (the launcher's log is polled once a second): for docs/results.md, not asserted.
+        record(horovod_node_taint_to_first_commit_at_new_size_s=round(time.monotonic() - t0, 1))
+        await run.wait_log(lambda log: commits_after(log, mark, 2, 3), "training going on with 2 workers")
+        await asyncio.wait_for(watcher, timeout=120)
+        await asyncio.sleep(5)  # a late failure of the removed workers would show by now
+        log = run.log()
+
+        # Horovod's own log: exactly real-2's hosts removed, at a commit boundary, nothing rolled back or blacklisted.
+        removed = set(re.findall(r"(\S+?)\.\S*\[\d+\] has been removed from elastic job", log))
+        assert removed == set(victims), (removed, victims)
+        assert not ROLLBACK.search(log), log[-3000:]
+        assert "blacklist" not in log, log[-3000:]
+        after = log[log.index(f"COMMIT batch={mark} ") :]
+        resets = [(int(b), int(s)) for b, s in RESET.findall(after)]
+        assert resets and all(s == 2 and b >= mark and b % 5 == 0 for b, s in resets), resets
+        sizes = [s for _, s in commits(after)]
+        assert sizes[0] == 4 and sizes[-1] == 2 and 3 not in sizes, sizes
+        batches = [b for b, _ in commits(log)]
+        assert batches == sorted(batches) and len(set(batches)) == len(batches), batches
+
+        # The operator's graceful order: the launcher's discovery dropped them before their pods were deleted.
+        delisted = delisted_at(log, victims, tainted)
+        assert delisted is not None, log[-3000:]
+        assert all(at > 0 for at in deletions.values()), f"a victim's deletion was not observed: {deletions}"
+        assert all(at >= delisted for at in deletions.values()), (delisted, deletions)
+        record(
+            horovod_node_taint_to_delisted_s=round(delisted - tainted, 1),
+            horovod_delisted_to_pod_deletion_s=round(min(deletions.values()) - delisted, 1),
+        )
+
+        # real-1's workers and the launcher went on in the same pods and containers.
+        now = {p["metadata"]["name"]: p for p in await kube.workers(run.job)}
+        assert {n: now[n]["metadata"]["uid"] for n in keepers if n in now} == uids
+        for name in keepers:
+            statuses = now[name]["status"].get("containerStatuses") or []
+            assert sum(int(s.get("restartCount", 0)) for s in statuses) == 0, statuses
+        assert run.launcher_restarts() == 0, "the launcher's horovodrun exited and was restarted"
+        job = await kube.get(API_VERSION, "MPIJob", run.job)
+        assert job is not None and job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+        said = [e["message"] for e in await kube.events(run.job) if e.get("reason") == "NodeTerminating"]
+        assert any(f"node {nodes[1]} " in m and all(v in m for v in victims) for m in said), said
+    except BaseException:
+        print(diagnostics(tb, kube, run))
+        raise
+    finally:
+        syncer.cancel()
+        if watcher is not None:
+            watcher.cancel()
+        await untaint_node(rn_api, nodes[1], SPOT_ITN_TAINT)
+        await kube.delete(API_VERSION, "MPIJob", run.job)
+
+
+def test_down_leaves_the_host_as_it_found_it_after_two_real_nodes(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+) -> None:
+    """Both kubelets and containerds, real-2's cgroup root and bridge address: all gone, the host as before."""
+    assert_down_leaves_the_host_as_found(real_testbed)

@@ -6,6 +6,7 @@ data, one allreduce per batch, a commit every COMMIT_EVERY batches. Prints what 
 """
 
 import os
+import sys
 import time
 
 import horovod.tensorflow as hvd
@@ -13,6 +14,14 @@ import tensorflow as tf
 
 COMMIT_EVERY = 5
 STEP_SECONDS = float(os.environ.get("TRAIN_STEP_SECONDS", "0.2"))
+
+
+def say(line: str) -> None:
+    """One write per line. print() writes the text and the newline separately, and Horovod's C++ logger in the
+    same process can land between them, gluing its timestamp onto our number (seen: `size=22026-11-30 ...`)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
 
 hvd.init()
 tf.random.set_seed(0)
@@ -41,7 +50,7 @@ class State(hvd.elastic.ObjectState):  # type: ignore[misc]
         for v, value in zip(self.variables, self._values, strict=True):
             v.assign(value)
         super().restore()
-        print(f"ROLLBACK from={before} to={self.batch}", flush=True)
+        say(f"ROLLBACK from={before} to={self.batch}")
 
     def sync(self) -> None:
         hvd.broadcast_variables(self.variables, root_rank=0)
@@ -50,7 +59,7 @@ class State(hvd.elastic.ObjectState):  # type: ignore[misc]
 
 
 state = State(variables=[w], batch=0)
-state.register_reset_callbacks([lambda: print(f"RESET batch={state.batch} size={hvd.size()}", flush=True)])
+state.register_reset_callbacks([lambda: say(f"RESET batch={state.batch} size={hvd.size()}")])
 
 
 @hvd.elastic.run  # type: ignore[misc]
@@ -64,7 +73,7 @@ def train(state: State) -> None:
         if state.batch % COMMIT_EVERY == 0:
             state.commit()
             if hvd.rank() == 0:
-                print(f"COMMIT batch={state.batch} size={hvd.size()} loss={float(loss):.4f}", flush=True)
+                say(f"COMMIT batch={state.batch} size={hvd.size()} loss={float(loss):.4f}")
         time.sleep(STEP_SECONDS)
 
 
