@@ -536,6 +536,39 @@ def down(state_dir: str | os.PathLike[str] | None = None, *, echo: Echo = print)
     return True
 
 
+def revive(state_dir: str | os.PathLike[str] | None = None, *, echo: Echo = print) -> list[str]:
+    """Starts again, with the same flags and ports, each component of a running testbed whose process has
+    exited on its own, as the kubelet restarts a crashed control-plane static pod. Some components exit on
+    purpose when they stop trusting their own state: kube-scheduler does (`klog.FlushAndExit` in its cache's
+    UpdatePod, "Pod updated on a different node than previously added to") after a kube-apiserver restart
+    under load, and then no pod is ever scheduled again. A component whose pid file is gone was stopped on
+    purpose (`down`, `restart_component`) and is left alone. Returns the components started again; nothing
+    when every component runs or no testbed is up. Started as `restart_component` starts them; the API
+    server of a testbed with a real node is not (its real-node flags are not kept)."""
+    layout = Layout(resolve_state_dir(state_dir))
+    revived: list[str] = []
+    if not layout.root.is_dir():
+        return revived
+    with _locked(layout):
+        state = _load_state(layout)
+        if state is None:
+            return revived
+        bin_dir = _state_bin_dir(state)
+        for component in COMPONENTS:
+            pid, running = _component_pid(layout, component, bin_dir)
+            if pid is None or running:
+                continue
+            if component == "kube-apiserver" and state.get("real_node"):
+                # Its real-node flags are not in the state: started without them, the node would be cut off.
+                _say(echo, f"{component} (pid {pid}) has exited; not started again (a real node joined)")
+                continue
+            _say(echo, f"{component} (pid {pid}) has exited; starting it again (log {layout.log(component)})")
+            layout.pid(component).unlink(missing_ok=True)
+            _start(component, layout=layout, bin_dir=bin_dir, ports=_state_ports(state), echo=echo)
+            revived.append(component)
+    return revived
+
+
 def restart_component(component: str, state_dir: str | os.PathLike[str] | None = None, *, echo: Echo = print) -> float:
     """Stops one running component of the testbed and starts it again with the same flags and ports (a
     kube-apiserver restart for fault-injection tests: every watch drops, and its watch cache starts over,

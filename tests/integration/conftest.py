@@ -5,6 +5,9 @@
   before the session, or when MPIJOB_KEEP_TESTBED=1; otherwise it is brought down at the end.
   With MPIJOB_TEST_KUBECONFIG set, no testbed is started and that cluster is used instead (the
   fixture then yields None; testbed-only helpers such as complete_pod need kwok and will not work).
+  Meanwhile a thread starts again any testbed component that exits on its own, as the kubelet restarts a
+  crashed static pod (kube-scheduler exits on purpose after some API server restarts under load).
+* `component_restarts` (session): the components started again so far.
 * `kubeconfig` (session): path of the kubeconfig the tests use.
 * `api` (session): a kubernetes_asyncio ApiClient for it.
 * `namespace` (function): a fresh namespace per test, deleted afterwards without waiting.
@@ -16,6 +19,7 @@ import asyncio
 import os
 import re
 import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -45,19 +49,53 @@ def _echo(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+class _Kubelet:
+    """For the whole session, starts again a testbed component that exited on its own, as the kubelet
+    restarts a crashed static pod (`cluster.revive`): kube-scheduler exits on purpose when its cache stops
+    making sense, which a kube-apiserver restart under load can cause (test_chaos.py restarts it), sometimes
+    tens of seconds later; without a restart no pod is scheduled for the rest of the session."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.revived: list[str] = []  # every component started again, in order
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="testbed-kubelet", daemon=True)
+
+    def _run(self) -> None:
+        while not self.stopping.wait(1.0):
+            try:
+                self.revived += cluster.revive(self.state_dir, echo=_echo)
+            except Exception as err:  # keep watching; the tests show what a dead component breaks
+                _echo(f"[testbed] could not start a component again: {err}")
+
+
+_KUBELET: _Kubelet | None = None
+
+
 @pytest.fixture(scope="session")
 def testbed() -> Iterator[cluster.Testbed | None]:
+    global _KUBELET
     if os.environ.get(ENV_TEST_KUBECONFIG):
         yield None
         return
     state_dir = resolve_state_dir(None)
     was_running = cluster.is_running(state_dir)
     started = cluster.up(nodes=TESTBED_NODES, state_dir=state_dir, echo=_echo)
+    _KUBELET = _Kubelet(state_dir)
+    _KUBELET.thread.start()
     try:
         yield started
     finally:
+        _KUBELET.stopping.set()
+        _KUBELET.thread.join(timeout=120)
         if started.started and not was_running and os.environ.get(ENV_KEEP_TESTBED) != "1":
             cluster.down(state_dir, echo=_echo)
+
+
+@pytest.fixture(scope="session")
+def component_restarts(testbed: cluster.Testbed | None) -> list[str]:
+    """The testbed components started again so far this session (see `_Kubelet`); empty without a testbed."""
+    return _KUBELET.revived if _KUBELET is not None and testbed is not None else []
 
 
 @pytest.fixture(scope="session")

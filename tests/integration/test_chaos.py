@@ -161,6 +161,45 @@ async def _restart_apiserver(kube: Kube, testbed: Any) -> float:
     return float(down)
 
 
+async def _world(kube: Kube, job: str, nodes: list[str], testbed: Any) -> str:
+    """What a step that did not converge left behind: the job's spec and memory, each worker (phase, node,
+    scheduling condition, deletion), each node of the test (taints, Ready) and what discovery lists. Which of
+    the convergence conditions is unmet tells whose move it was (the operator's, the scheduler's, kwok's)."""
+    from mpijob_testbed import cluster
+
+    lines: list[str] = []
+    try:
+        components = cluster.status(testbed.state_dir).components
+        lines.append("testbed: " + ", ".join(f"{x.name} {'runs' if x.running else 'DOWN'}" for x in components))
+        body = await kube.job(job)
+        status = body.get("status") or {}
+        lines.append(
+            f"job rv={body['metadata'].get('resourceVersion')} replicas={replicas_of(body)} "
+            f"workersToDelete={listed_of(body)} status="
+            + str({k: status.get(k) for k in ("recentWorkerFailures", "lastWorkerFailureTime", "leavingWorkers")})
+            + f" conditions={[(x.get('type'), x.get('status')) for x in status.get('conditions') or []]}"
+        )
+        for pod in await kube.workers(job):
+            meta = pod["metadata"]
+            sched = [x for x in (pod.get("status") or {}).get("conditions") or [] if x.get("type") == "PodScheduled"]
+            lines.append(
+                f"  {meta['name']} uid={meta['uid'][:8]} phase={phase(pod)} node={node_of(pod)} "
+                f"created={meta.get('creationTimestamp')} deleting={meta.get('deletionTimestamp')} "
+                f"scheduled={[(x.get('status'), x.get('reason'), x.get('message')) for x in sched]}"
+            )
+        for name in nodes:
+            node = await kube.client.get(f"/api/v1/nodes/{name}")
+            ready = [
+                x.get("status") for x in (node.get("status") or {}).get("conditions") or [] if x.get("type") == "Ready"
+            ]
+            taints = [(t.get("key"), t.get("effect")) for t in (node.get("spec") or {}).get("taints") or []]
+            lines.append(f"  node {name}: ready={ready} taints={taints}")
+        lines.append(f"  discovery lists {await run_discovery(kube, job)}")
+    except Exception as err:  # a diagnostic must not hide the failure it explains
+        lines.append(f"  (could not read the world: {err!r})")
+    return "\n".join(lines)
+
+
 def _unresolved(ops: list[OperatorProcess]) -> list[str]:
     """kopf's warning when its start-up scan of discovery missed a kind: that process never watches it (an
     operator started while the API server restarts could meet discovery without the CRD groups)."""
@@ -208,7 +247,13 @@ async def _storm(kube: Kube, job: str, victims: list[str]) -> int:
 
 
 async def test_seeded_faults_watch_expiry_apiserver_restart_409_storm_and_lease_handover(
-    kube: Kube, api: ApiClient, kubeconfig: Any, testbed: Any, running_operator: OperatorProcess, tmp_path: Any
+    kube: Kube,
+    api: ApiClient,
+    kubeconfig: Any,
+    testbed: Any,
+    running_operator: OperatorProcess,
+    tmp_path: Any,
+    component_restarts: list[str],
 ) -> None:
     if testbed is None:
         pytest.skip("restarts the project testbed's kube-apiserver")
@@ -221,6 +266,10 @@ async def test_seeded_faults_watch_expiry_apiserver_restart_409_storm_and_lease_
         op.log_dir.mkdir()
     counts = {"apiserver restarts": 0, "watch gaps": 0, "409s": 0, "leader kills": 0}
     running_operator.stop()  # the session's operator does not take part in the election
+    # Components the session's stand-in kubelet starts again meanwhile (conftest.py `_Kubelet`): kube-scheduler
+    # may exit after an API server restart under load (docs/reliability.md). Reported, not a failure: the
+    # operator must cope with it as with any other fault here.
+    seen_restarts = len(component_restarts)
 
     def ensure_two() -> None:
         for op in ops:
@@ -246,12 +295,14 @@ async def test_seeded_faults_watch_expiry_apiserver_restart_409_storm_and_lease_
             replicas = 4
 
             async def step(what: str, expected_gone: set[str], before: dict[str, Obj]) -> list[Obj]:
-                context = f"seed {SEED} {what}; {counts}"
+                revived = component_restarts[seen_restarts:]
+                context = f"seed {SEED} {what}; {counts}; components restarted: {revived}"
                 try:
                     done = await _converged(kube, job, replicas, {before[n]["metadata"]["uid"] for n in expected_gone})
                 except AssertionError as err:
                     logs = "\n".join(op.log_tail() for op in ops)
-                    raise AssertionError(f"{context}: {err}\n{_unresolved(ops)}\n{logs}") from None
+                    world = await _world(kube, job, nodes, testbed)
+                    raise AssertionError(f"{context}: {err}\n{world}\n{_unresolved(ops)}\n{logs}") from None
                 after = {p["metadata"]["name"]: p["metadata"]["uid"] for p in done}
                 gone = {n for n, p in before.items() if after.get(n) != p["metadata"]["uid"]}
                 assert gone == expected_gone, (
@@ -331,4 +382,5 @@ async def test_seeded_faults_watch_expiry_apiserver_restart_409_storm_and_lease_
                 os.kill(op.proc.pid, signal.SIGCONT)
             op.stop()
         running_operator.start()
-    print(f"chaos faults: seed {SEED}, {FAULT_ROUNDS} round(s): {counts}")
+    revived = component_restarts[seen_restarts:]
+    print(f"chaos faults: seed {SEED}, {FAULT_ROUNDS} round(s): {counts}; components restarted: {revived}")

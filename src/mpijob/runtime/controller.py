@@ -233,6 +233,7 @@ class Controller:
             hid: str,
             view: Callable[[Any], Any] | None = None,
             deletions_only: bool = False,
+            trace: bool = False,
         ) -> None:
             """`view`, when given, is what the planner reads of the object: an event that leaves it as it
             was (a node heartbeat, a pod status write that changes nothing we read) enqueues nothing."""
@@ -243,6 +244,16 @@ class Controller:
                 if cache.ready and not self.warm.is_set():
                     self.warm.set()
                 self.stats.events += 1
+                if trace and log.isEnabledFor(logging.DEBUG):
+                    meta = kwargs["body"].get("metadata") or {}
+                    log.debug(
+                        "%s event %s %s/%s rv=%s",
+                        hid,
+                        kwargs.get("type") or "LISTED",
+                        meta.get("namespace"),
+                        meta.get("name"),
+                        meta.get("resourceVersion"),
+                    )
                 if view is not None:
                     meta = kwargs["body"].get("metadata") or {}
                     ident = (meta.get("namespace"), meta.get("name"))
@@ -267,7 +278,7 @@ class Controller:
             return cache.jobs_on_node(name) if cache.ready else []
 
         # Every MPIJob event counts (its resourceVersion is how we know our own writes reached the cache).
-        on_event((GROUP, VERSION, PLURAL), job_key, "mpijob_events")
+        on_event((GROUP, VERSION, PLURAL), job_key, "mpijob_events", trace=True)
         # Only deletions: the pods indexer handles every other pod event (kopf does not index a deletion).
         on_event(("v1", "pods"), child_keys, "pod_events", view=slim.pod, deletions_only=True)
         on_event(("batch", "v1", "jobs"), child_keys, "job_events")
@@ -339,6 +350,7 @@ class Controller:
         """One pass for one job. Returns seconds until the job wants another look, if it does."""
         job = self.cache.mpijob(key)
         if job is None:
+            log.debug("%s/%s: not in the cache; nothing to do", *key)
             self.written.pop(key, None)
             self.expected_pods.pop(key, None)
             self.created.pop(key, None)
@@ -346,13 +358,16 @@ class Controller:
             self.carried_checks.pop(key, None)
             return None
         if _rv(job) < self.written.get(key, 0):
+            log.debug("%s/%s: cache at rv %s, we wrote %s; waiting", *key, _rv(job), self.written.get(key))
             return 1.0  # fallback only: the watch event for our write normally comes first
         cm_version = self.cache.config_map_version(*key)
         if cm_version is None:
             self.written_config_maps.pop(key, None)  # gone: nothing to wait for (the plan makes it again)
         elif _rv(cm_version) < self.written_config_maps.get(key, 0):
+            log.debug("%s/%s: discovery ConfigMap cache behind our write; waiting", *key)
             return 1.0  # likewise for the discovery write of a deferred reconcile
         if not self._pods_seen(key):
+            log.debug("%s/%s: waiting for the cache to show the pods we created", *key)
             return 0.05  # our pod creates are not in the cache yet; their events will enqueue us too
         started = time.perf_counter()
         outcome = await self._plan_and_apply(job)
@@ -400,6 +415,13 @@ class Controller:
                 self.cache.snapshot(job, self.clock(), self.config), absence_checks=dict(checks), created=dict(created)
             )
             actions = plan(snapshot)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "%s/%s: planned at rv %s: %s",
+                    *key,
+                    meta.get("resourceVersion"),
+                    [type(a).__name__ for a in actions] or "nothing",
+                )
             outcome = await self.executor.apply(job, actions)
             created.update(outcome.created)
             refused = any(v is None for v in outcome.created.values())
@@ -432,6 +454,7 @@ class Controller:
                 await self.leading.wait()
                 continue
             try:
+                log.debug("reconcile %s/%s", *key)
                 again = await self.reconcile(key)
             except asyncio.CancelledError:
                 raise
@@ -454,6 +477,8 @@ class Controller:
     async def run_reconcilers(self) -> None:
         await self.warm.wait()
         # Everything already known gets one look at start: decisions recorded before a restart resume here.
-        for key in self.cache.mpijob_keys():
+        keys = self.cache.mpijob_keys()
+        for key in keys:
             self.queue.add(key)
+        log.debug("cache warm: %d jobs queued", len(keys))
         await asyncio.gather(*(self.reconciler() for _ in range(self.reconcilers)))

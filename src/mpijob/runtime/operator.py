@@ -138,6 +138,10 @@ def configure_logging(fmt: str, level: str) -> None:
     root.setLevel(level)
     # kopf narrates every watch event at INFO; our own log says what matters.
     logging.getLogger("kopf").setLevel(logging.WARNING)
+    if logging.getLevelName(level) == logging.DEBUG:
+        # Except, at DEBUG, when each watch stream starts, restarts (410), goes quiet or ends: one line each,
+        # which is what a stalled cache needs to be explained (docs/reliability.md, the fault round's stall).
+        logging.getLogger("kopf._cogs.clients.watching").setLevel(logging.DEBUG)
 
 
 async def _connection_info(api: k8s_client.ApiClient) -> kopf.ConnectionInfo:

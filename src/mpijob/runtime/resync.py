@@ -5,7 +5,8 @@ deleted during the gap: such a ghost pod would count as a kept worker and stay i
 operator restarts. `relist_once` lists every cached kind (paged), and drops from the indexes each cached
 object the list does not have, provided the cache's copy is not newer than the list (an object created
 after the list started is not a ghost); the jobs the ghosts belonged to are enqueued. A write that gets
-404 confirms a ghost at once (`drop`), instead of a retry every 0.2 s.
+404 confirms a ghost at once (`drop`), instead of a retry every 0.2 s. At DEBUG it also names the cached
+objects older than the list (`_report`); being behind drops or refreshes nothing.
 
 Dropping uses kopf's index protocol (`Index._discard(acckey)`, acckey = (namespace, name, uid)); a unit
 test pins it against the installed kopf.
@@ -30,8 +31,8 @@ log = logging.getLogger("mpijob.resync")
 
 PAGE = 500
 # Only the metadata of each listed object (what client-go's metadata informers ask for): the relist reads
-# uids alone, and full pages of pods were the operator's largest transient allocation (a page of 500 pods
-# decoded is ~15 MiB of Python objects, and RSS kept the peak: docs/design.md).
+# uids and resourceVersions alone, and full pages of pods were the operator's largest transient allocation
+# (a page of 500 pods decoded is ~15 MiB of Python objects, and RSS kept the peak: docs/design.md).
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 PERIOD = 300.0
 JITTER = 0.2
@@ -134,9 +135,9 @@ def cached_object(cache: Cache, kind: str, namespace: str | None, name: str) -> 
     return next(iter(store), None) if store else None
 
 
-async def _list(client: Client, path: str) -> tuple[set[str], int]:
-    """uids of every object at `path` (paged), and the resourceVersion of the first page."""
-    uids: set[str] = set()
+async def _list(client: Client, path: str) -> tuple[dict[str, int], int]:
+    """uid -> resourceVersion of every object at `path` (paged), and the resourceVersion of the first page."""
+    uids: dict[str, int] = {}
     token: str | None = None
     list_rv = 0
     while True:
@@ -145,10 +146,28 @@ async def _list(client: Client, path: str) -> tuple[set[str], int]:
         meta = page.get("metadata") or {}
         if not list_rv:
             list_rv = _rv(meta.get("resourceVersion"))
-        uids |= {str((i.get("metadata") or {}).get("uid")) for i in page.get("items") or []}
+        for item in page.get("items") or []:
+            item_meta = item.get("metadata") or {}
+            uids[str(item_meta.get("uid"))] = _rv(item_meta.get("resourceVersion"))
         token = meta.get("continue") or None
         if not token:
             return uids, list_rv
+
+
+def _report(kind: Kind, list_rv: int, live: dict[str, int], cached: list[Obj]) -> None:
+    """Names each cached object older than its listed copy (DEBUG; every pass for MPIJobs, for other kinds
+    only when one is behind). An object just changed is behind for the moment its event takes to arrive; one
+    that stays behind pass after pass means a watch that delivers nothing (docs/reliability.md)."""
+    behind = []
+    for obj in cached:
+        meta = obj.get("metadata") or {}
+        listed = live.get(str(meta.get("uid")))
+        if listed is not None and listed > _rv(meta.get("resourceVersion")):
+            behind.append(f"{meta.get('namespace')}/{meta.get('name')} {meta.get('resourceVersion')}<{listed}")
+    if behind or kind.kind == "MPIJob":
+        log.debug(
+            "relist %s at rv %s: %d listed, %d cached, behind: %s", kind.kind, list_rv, len(live), len(cached), behind
+        )
 
 
 async def relist_once(
@@ -159,13 +178,16 @@ async def relist_once(
     scopes = list(namespaces)
     for kind in KINDS:
         paths = [kind.ns_path.format(ns=ns) for ns in scopes] if scopes and kind.ns_path else [kind.path]
-        live: set[str] = set()
+        live: dict[str, int] = {}
         list_rv = 0
         for path in paths:
             uids, rv = await _list(client, path)
-            live |= uids
+            live.update(uids)
             list_rv = rv if not list_rv else min(list_rv, rv)
-        for obj in _cached(cache, kind):
+        cached = _cached(cache, kind)
+        if log.isEnabledFor(logging.DEBUG):
+            _report(kind, list_rv, live, cached)
+        for obj in cached:
             meta = obj.get("metadata") or {}
             if str(meta.get("uid")) in live or _rv(meta.get("resourceVersion")) > list_rv:
                 continue  # still there, or seen after the list was taken
