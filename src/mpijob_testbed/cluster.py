@@ -536,6 +536,10 @@ def down(state_dir: str | os.PathLike[str] | None = None, *, echo: Echo = print)
     return True
 
 
+# (state dir, pid) of exited components `revive` said it leaves alone, so that it says so once.
+_REPORTED_NOT_REVIVED: set[tuple[Path, int]] = set()
+
+
 def revive(state_dir: str | os.PathLike[str] | None = None, *, echo: Echo = print) -> list[str]:
     """Starts again, with the same flags and ports, each component of a running testbed whose process has
     exited on its own, as the kubelet restarts a crashed control-plane static pod. Some components exit on
@@ -560,7 +564,10 @@ def revive(state_dir: str | os.PathLike[str] | None = None, *, echo: Echo = prin
                 continue
             if component == "kube-apiserver" and state.get("real_node"):
                 # Its real-node flags are not in the state: started without them, the node would be cut off.
-                _say(echo, f"{component} (pid {pid}) has exited; not started again (a real node joined)")
+                # Said once per process: revive is polled every second.
+                if (layout.root, pid) not in _REPORTED_NOT_REVIVED:
+                    _REPORTED_NOT_REVIVED.add((layout.root, pid))
+                    _say(echo, f"{component} (pid {pid}) has exited; not started again (a real node joined)")
                 continue
             _say(echo, f"{component} (pid {pid}) has exited; starting it again (log {layout.log(component)})")
             layout.pid(component).unlink(missing_ok=True)

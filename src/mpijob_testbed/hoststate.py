@@ -54,8 +54,11 @@ PATHS = (
 _OWN_CHAIN = re.compile(r"^(KUBE-|CNI-|MPIJOB-)")
 _OWN_LINK = re.compile(r"^(mpijobtb\d+|veth[0-9a-f]+)$")
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
+# Defined here, where `down` checks the host, and used by realnode to name the nodes' cgroup roots.
+MAX_REAL_NODES = 4
+CGROUP_ROOT_PREFIX = "mpijobtb-real-"
 # The kubelet's default root, and the cgroup roots of real-2.. (realnode.NodeLayout.cgroup_root).
-_OWN_CGROUP = ("kubepods", "kubepods.slice", *(f"mpijobtb-real-{i}" for i in range(2, 5)))
+_OWN_CGROUP = ("kubepods", "kubepods.slice", *(f"{CGROUP_ROOT_PREFIX}{i}" for i in range(2, MAX_REAL_NODES + 1)))
 
 
 def _read(path: Path) -> str | None:

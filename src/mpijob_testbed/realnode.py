@@ -48,10 +48,10 @@ NODE_NAME = "real-1"
 BRIDGE = "mpijobtb0"
 NODE_IP = "10.250.0.1"
 POD_SUBNET = "10.250.0.0/24"
-MAX_REAL_NODES = 4
+MAX_REAL_NODES = hoststate.MAX_REAL_NODES
 # Each node's slice of POD_SUBNET for its pods (maxPods is 20): real-1 .10-.69, real-2 .70-.129, ...
 _POD_RANGE_START, _POD_RANGE_SIZE = 10, 60
-CGROUP_ROOT_PREFIX = "mpijobtb-real-"
+CGROUP_ROOT_PREFIX = hoststate.CGROUP_ROOT_PREFIX
 # Pods that should run on the real node tolerate this taint and select the label; nothing else lands there
 # (the other tests' pods would otherwise try to run their images for real).
 REAL_NODE_TAINT = "testbed.mpijob.io/real-node"

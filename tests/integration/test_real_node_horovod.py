@@ -396,7 +396,8 @@ async def test_horovod_elastic_keeps_training_through_a_targeted_scale_in_withou
         await kube.delete(API_VERSION, "MPIJob", run.job)
 
 
-DISCOVERED = re.compile(r"DISCOVERED (\d+\.\d+):(.*)")
+# The host list ends where discover.sh's "(source: ...)" note begins.
+DISCOVERED = re.compile(r"DISCOVERED (\d+\.\d+):([^(]*)")
 
 
 def delisted_at(log: str, victims: list[str], after: float) -> float | None:

@@ -160,6 +160,26 @@ def test_a_listed_worker_missing_from_the_cache_is_confirmed_before_its_name_is_
     assert list(actions) == [ConfirmAbsence("Pod", "pi-worker-3")]
 
 
+def test_a_finished_job_makes_no_live_read_for_a_listed_name() -> None:
+    """A finished job acts on no removal request, so a listed name it never saw is not read for: the read
+    would repeat on every reconcile of the finished job, forever (the finish path never drops the name)."""
+    job = _listing(["pi-worker-3"])
+    job["status"]["conditions"].append(
+        {
+            "type": "Succeeded",
+            "status": "True",
+            "reason": "MPIJobSucceeded",
+            "message": "done",
+            "lastTransitionTime": job["status"]["startTime"],
+            "lastUpdateTime": job["status"]["startTime"],
+        }
+    )
+
+    actions = plan(snap(job, _pods(job), checks={}, **existing_children(job)))
+
+    assert not [a for a in actions if isinstance(a, ConfirmAbsence)]
+
+
 def test_a_listed_worker_the_api_server_has_stays_listed_until_the_cache_shows_it() -> None:
     job = _listing(["pi-worker-3"])
     checks = {("Pod", "pi-worker-3"): False}  # created moments ago: the cache is behind

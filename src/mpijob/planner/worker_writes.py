@@ -142,7 +142,7 @@ def delete_and_create(ctx: PlanContext, decided: WorkerPlan, suspended: bool) ->
         decided = replace(decided, to_create=())
     decided = replacement_backoff(ctx, decided)
     # Slow start, as ReplicaSets do: a job cannot flood the API server (or a quota) with creates; each
-    # reconcile may create about as many workers as exist, and the next one (woken by their watch
+    # reconcile may create about twice as many workers as exist, and the next one (woken by their watch
     # events) more.
     decided = replace(decided, to_create=decided.to_create[: create_budget(len(ctx.workers))])
     config = ctx.snapshot.config

@@ -30,7 +30,7 @@ from mpijob.planner.snapshot import (
     pod_node,
     pod_phase,
 )
-from mpijob.planner.status import read_status
+from mpijob.planner.status import is_finished, read_status
 
 FINISHED_PHASES = ("Failed", "Succeeded")
 # Bad workersToDelete names spelled out in the one Warning that reports them.
@@ -180,6 +180,8 @@ def _listed_to_confirm(snapshot: Snapshot, listed: Sequence[str], workers: Seque
     if not listed:
         return []
     status = read_status(snapshot.job.get("status"))
+    if is_finished(status):
+        return []  # a finished job acts on no removal request; reading for one would repeat every reconcile
     recorded = {*status.discovered_hosts, *status.leaving_workers, *(name_of(p) for p in workers)}
     last_index = allocated_up_to(snapshot, workers)
     candidates = [
