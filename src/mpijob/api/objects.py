@@ -39,6 +39,14 @@ def uid_of(obj: Obj) -> str:
     return str(meta(obj).get("uid", ""))
 
 
+def resource_version(obj: Obj) -> str | None:
+    """The resourceVersion a patch of an object read from the cache carries: if the object was deleted and
+    made again under the same name (by someone else) since then, the patch fails with 409 instead of
+    changing theirs."""
+    version = meta(obj).get("resourceVersion")
+    return str(version) if version is not None else None
+
+
 def labels_of(obj: Obj) -> dict[str, str]:
     return dict(meta(obj).get("labels") or {})
 

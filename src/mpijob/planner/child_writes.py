@@ -25,6 +25,7 @@ from mpijob.planner.snapshot import (
     name_of,
     pod_phase,
     pod_ready,
+    resource_version,
     uid_of,
 )
 from mpijob.planner.workers import FINISHED_PHASES, WorkerPlan
@@ -59,7 +60,7 @@ def ensure_service(ctx: PlanContext) -> None:
                             "publishNotReadyAddresses": want["publishNotReadyAddresses"],
                         }
                     },
-                    resource_version=_version(current),
+                    resource_version=resource_version(current),
                 )
             )
 
@@ -107,7 +108,7 @@ def ensure_config_map(ctx: PlanContext, decided: WorkerPlan) -> str:
             # Only the keys that changed (the script rarely does); keys we do not write are nulled: a
             # merge patch keeps what it does not name.
             {"data": changed_keys(current.get("data") or {}, data)},
-            resource_version=meta(current).get("resourceVersion"),
+            resource_version=resource_version(current),
         )
         ctx.draft.discovery.append(patch)
         if _drops_hosts(discovery.listed_hosts(current.get("data") or {}), listed):
@@ -133,7 +134,7 @@ def nudge_launcher(ctx: PlanContext, listed: str) -> None:
                 "Pod",
                 name_of(pod),
                 {"metadata": {"annotations": {constants.ANNOTATION_DISCOVERED_HOSTS: listed}}},
-                resource_version=_version(pod),
+                resource_version=resource_version(pod),
             )
             ctx.draft.discovery.append(patch)
             # No annotation yet: nothing was projected, so nothing is dropped.
@@ -170,7 +171,7 @@ def ensure_discovery_access(ctx: PlanContext) -> tuple[bool, str | None]:
         ctx.create_child(children.discovery_role(ctx.job))
     elif owned_role and role is not None and role.get("rules") != children.discovery_rules(ctx.job):
         rules = children.discovery_rules(ctx.job)
-        ctx.draft.children.append(Patch(rbac, "Role", name, {"rules": rules}, resource_version=_version(role)))
+        ctx.draft.children.append(Patch(rbac, "Role", name, {"rules": rules}, resource_version=resource_version(role)))
     owned_binding = ctx.owned_or_conflict(binding, "RoleBinding", name)
     desired = children.discovery_role_binding(ctx.job, account)
     if owned_role is False:
@@ -184,7 +185,9 @@ def ensure_discovery_access(ctx: PlanContext) -> tuple[bool, str | None]:
             ctx.draft.children.append(Delete(rbac, "RoleBinding", name, uid=uid_of(binding)))
         elif binding.get("subjects") != desired["subjects"]:
             subjects = {"subjects": desired["subjects"]}
-            ctx.draft.children.append(Patch(rbac, "RoleBinding", name, subjects, resource_version=_version(binding)))
+            ctx.draft.children.append(
+                Patch(rbac, "RoleBinding", name, subjects, resource_version=resource_version(binding))
+            )
     return True, account
 
 
@@ -241,7 +244,7 @@ def ensure_pdb(ctx: PlanContext) -> None:
                 "PodDisruptionBudget",
                 name,
                 {"spec": {"minAvailable": ep.min_replicas}},
-                resource_version=_version(current),
+                resource_version=resource_version(current),
             )
         )
 
@@ -279,7 +282,7 @@ def ensure_launcher(ctx: PlanContext, decided: WorkerPlan, account: str | None) 
             ctx.draft.create.append(ctx.creation(launcher))
         return
     launcher_suspended = bool((current.get("spec") or {}).get("suspend"))
-    version = _version(current)
+    version = resource_version(current)
     if spec.run_policy.suspend and not launcher_suspended:
         ctx.draft.children.append(Patch("batch/v1", "Job", name, {"spec": {"suspend": True}}, resource_version=version))
     elif not spec.run_policy.suspend and launcher_suspended:
@@ -342,13 +345,6 @@ def resume_patch(ctx: PlanContext, current: Obj) -> Obj:
             },
         }
     }
-
-
-def _version(obj: Obj) -> str | None:
-    """The resourceVersion a patch of our object carries: if the object was deleted and made again under the
-    same name (by someone else) since the cache read it, the patch fails with 409 instead of changing theirs."""
-    version = meta(obj).get("resourceVersion")
-    return str(version) if version is not None else None
 
 
 def _drops_hosts(before: list[str] | None, listed: str) -> bool:

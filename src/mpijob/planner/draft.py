@@ -21,8 +21,8 @@ from mpijob.planner.snapshot import (
     Snapshot,
     format_time,
     is_owned_by,
-    meta,
     name_of,
+    resource_version,
     uid_of,
 )
 from mpijob.planner.workers import workers_of
@@ -163,7 +163,7 @@ def status_patch(job: Obj, old: dict[str, Any], status: JobStatus, now: str) -> 
         "MPIJob",
         name_of(job),
         {"status": merge_patch_to(old, new)},
-        resource_version=meta(job).get("resourceVersion"),
+        resource_version=resource_version(job),
         subresource="status",
     )
 

@@ -24,7 +24,15 @@ from mpijob.planner import child_writes, finish, job_status, worker_writes
 from mpijob.planner import status as conditions
 from mpijob.planner.actions import NOTHING, ConfirmAbsence, Emit, Patch, Plan
 from mpijob.planner.draft import PlanContext, merge_patch_to, status_patch
-from mpijob.planner.snapshot import Obj, Snapshot, format_time, is_owned_by, is_terminating, meta, name_of
+from mpijob.planner.snapshot import (
+    Obj,
+    Snapshot,
+    format_time,
+    is_owned_by,
+    is_terminating,
+    name_of,
+    resource_version,
+)
 from mpijob.planner.workers import absences_to_confirm
 
 # The Failed reason of a job refused at its first plan.
@@ -149,7 +157,7 @@ def _invalid_edit(snapshot: Snapshot, errors: list[str]) -> Plan:
         "MPIJob",
         name_of(snapshot.job),
         {"status": merge_patch_to(old, new)},
-        resource_version=meta(snapshot.job).get("resourceVersion"),
+        resource_version=resource_version(snapshot.job),
         subresource="status",
         announce=(Emit("Warning", "ValidationError", message),) if flipped else (),
     )

@@ -23,7 +23,7 @@ from typing import Any
 from mpijob.api.models import MPIJobSpec
 from mpijob.planner import children
 from mpijob.planner.actions import Create, Delete, Patch, Write
-from mpijob.planner.snapshot import Obj, meta, name_of, uid_of
+from mpijob.planner.snapshot import Obj, meta, name_of, resource_version, uid_of
 
 VOLCANO = "volcano"
 VOLCANO_API = "scheduling.volcano.sh/v1beta1"
@@ -280,7 +280,7 @@ def plan_pod_group(
         return [], False
     # Our labels ride along: the cache keeps a PodGroup's spec only while it carries them.
     body = {"metadata": {"labels": children.default_labels(name)}, "spec": patch}
-    return [Patch(version, KIND, name, body, resource_version=meta(current).get("resourceVersion"))], False
+    return [Patch(version, KIND, name, body, resource_version=resource_version(current))], False
 
 
 def _owned(obj: Obj, job: Obj) -> bool:

@@ -28,6 +28,7 @@ from mpijob.api.objects import (
     pod_node,
     pod_phase,
     pod_ready,
+    resource_version,
     uid_of,
 )
 
@@ -50,6 +51,7 @@ __all__ = [
     "pod_node",
     "pod_phase",
     "pod_ready",
+    "resource_version",
     "uid_of",
 ]
 

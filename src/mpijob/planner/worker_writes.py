@@ -17,7 +17,7 @@ from mpijob.planner.actions import Patch
 from mpijob.planner.backoff import replacement_backoff
 from mpijob.planner.draft import PlanContext
 from mpijob.planner.elastic import plan_elastic
-from mpijob.planner.snapshot import meta, name_of
+from mpijob.planner.snapshot import name_of, resource_version
 from mpijob.planner.workers import WorkerPlan, plan_static
 
 SLOW_START_CREATES = 16
@@ -92,7 +92,7 @@ def record_decisions(ctx: PlanContext, decided: WorkerPlan) -> None:
                 "MPIJob",
                 ctx.name,
                 patch,
-                resource_version=meta(ctx.job).get("resourceVersion"),
+                resource_version=resource_version(ctx.job),
             )
         )
 
@@ -111,7 +111,7 @@ def mark_leaving(ctx: PlanContext, decided: WorkerPlan) -> None:
                 "Pod",
                 name_of(leave.pod),
                 {"metadata": {"annotations": annotations}},
-                resource_version=meta(leave.pod).get("resourceVersion"),
+                resource_version=resource_version(leave.pod),
             )
         )
 
