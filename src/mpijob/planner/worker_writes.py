@@ -18,7 +18,7 @@ from mpijob.planner.backoff import replacement_backoff
 from mpijob.planner.draft import PlanContext
 from mpijob.planner.elastic import plan_elastic
 from mpijob.planner.snapshot import name_of, resource_version
-from mpijob.planner.workers import WorkerPlan, plan_static
+from mpijob.planner.workers import WorkerPlan, highest_worker_index, plan_static, readable_last_index
 
 SLOW_START_CREATES = 16
 MAX_CREATES_PER_RECONCILE = 500
@@ -40,11 +40,12 @@ def last_worker_index(ctx: PlanContext) -> int:
     writer's typo, a huge number that would make worker names invalid) is ignored; the highest index
     of an existing worker takes its place, and the next status write corrects it."""
     value = ctx.draft.new_status.last_worker_index
-    if value is not None and 0 <= value <= constants.MAX_WORKER_INDEX:
-        return value
+    readable = readable_last_index(value)
+    if readable is not None:
+        return readable
     if value is not None or "lastWorkerIndex" in ctx.previous.invalid:
-        taken = [i for p in ctx.workers if (i := constants.worker_index(ctx.name, name_of(p))) is not None]
-        ctx.draft.new_status.last_worker_index = max(taken) if taken else None
+        highest = highest_worker_index(ctx.name, ctx.workers)
+        ctx.draft.new_status.last_worker_index = None if highest < 0 else highest
     return -1 if ctx.draft.new_status.last_worker_index is None else ctx.draft.new_status.last_worker_index
 
 

@@ -194,15 +194,22 @@ def _listed_to_confirm(snapshot: Snapshot, listed: Sequence[str], workers: Seque
     return [("Pod", name) for name in candidates]
 
 
+def readable_last_index(value: int | None) -> int | None:
+    """status.lastWorkerIndex read strictly: anything but an integer in [0, MAX_WORKER_INDEX] (a status
+    writer's typo, a huge number that would make worker names invalid) is ignored (None)."""
+    return value if value is not None and 0 <= value <= constants.MAX_WORKER_INDEX else None
+
+
+def highest_worker_index(job_name: str, workers: Sequence[Obj]) -> int:
+    """The highest index among `workers` named like this job's workers; -1 for none."""
+    return max((i for p in workers if (i := constants.worker_index(job_name, name_of(p))) is not None), default=-1)
+
+
 def allocated_up_to(snapshot: Snapshot, workers: Sequence[Obj]) -> int:
-    """The highest worker index this job has allocated as far as it knows (-1 for none): status.lastWorkerIndex
-    (read strictly, as `worker_writes.last_worker_index` reads it: out of range is ignored) or the highest
-    index of an existing worker, whichever is higher."""
-    value = read_status(snapshot.job.get("status")).last_worker_index
-    recorded = value if value is not None and 0 <= value <= constants.MAX_WORKER_INDEX else -1
-    job_name = name_of(snapshot.job)
-    taken = (i for p in workers if (i := constants.worker_index(job_name, name_of(p))) is not None)
-    return max(recorded, max(taken, default=-1))
+    """The highest worker index this job has allocated as far as it knows (-1 for none): the readable
+    status.lastWorkerIndex or the highest index of an existing worker, whichever is higher."""
+    recorded = readable_last_index(read_status(snapshot.job.get("status")).last_worker_index)
+    return max(-1 if recorded is None else recorded, highest_worker_index(name_of(snapshot.job), workers))
 
 
 def may_be_uncached_worker(snapshot: Snapshot, name: str, last_index: int) -> bool:
