@@ -99,3 +99,7 @@ def test_the_api_server_of_a_testbed_with_a_real_node_is_not_started_without_its
     assert cluster.revive(layout.root, echo=said.append) == ["kube-scheduler"]
     assert started == ["kube-scheduler"]
     assert any("kube-apiserver" in line and "real node" in line for line in said), said
+    # Polled every second: it says once that it leaves that API server alone.
+    said.clear()
+    cluster.revive(layout.root, echo=said.append)
+    assert not [line for line in said if "kube-apiserver" in line], said
