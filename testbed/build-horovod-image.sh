@@ -7,8 +7,8 @@
 # ${XDG_CACHE_HOME:-~/.cache}/mpijob/images/horovod-<hash>.tar; the hash covers this script (which pins every
 # version), lib.sh and the Debian release, so a later run or a fresh clone on this machine reuses it. The Horovod
 # wheel is cached beside it (wheels/), since compiling it is the slow part (~2-5 min on 2 cores).
-# Needs root (mmdebstrap, umoci), the packages of install-node-deps.sh, python3 with headers (python3-dev),
-# cmake and g++. Exit 3 (with the reason on stderr) when a build prerequisite is missing.
+# Needs root (mmdebstrap, umoci) and the packages of testbed/system-packages.txt (python3-dev, cmake, g++ among
+# them). Exit 3 (with the reason on stderr) when a build prerequisite is missing.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 images_setup "${1:-}" "${BASH_SOURCE[0]}"
@@ -21,18 +21,8 @@ if [[ -f $archive ]]; then
   echo "[testbed images] horovod cached: $archive"
   exit 0
 fi
-# Build prerequisites from Debian (Debian's python3 is the image's python3: same version, same headers).
-need=()
-for p in cmake g++ python3-dev python3-venv mmdebstrap umoci; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
-done
-if [[ ${#need[@]} != 0 ]]; then
-  [[ $(id -u) == 0 ]] || { echo "build-horovod-image.sh: need root to install ${need[*]}" >&2; exit 3; }
-  echo "[testbed images] installing ${need[*]}"
-  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" \
-    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"; }; } \
-    || { echo "build-horovod-image.sh: apt-get install ${need[*]} failed" >&2; exit 3; }
-fi
+# Build prerequisites (cmake, g++, python3-dev, python3-venv, mmdebstrap, umoci): testbed/system-packages.txt.
+bash "$(dirname "${BASH_SOURCE[0]}")/install-system-deps.sh" >&2 || { echo "build-horovod-image.sh: system packages missing" >&2; exit 3; }
 py="${MPIJOB_HOROVOD_PYTHON:-/usr/bin/python3}"
 "$py" -c 'import sys, sysconfig, os; assert sys.version_info[:2] == (3, 11), sys.version
 assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' 2>/dev/null \

@@ -7,7 +7,7 @@
 # lib.sh and the inputs' package versions, and is cached under ${XDG_CACHE_HOME:-~/.cache}/mpijob/images so a
 # fresh clone (or a fresh state directory) does not rebuild it. `up --real-node` imports them with
 # `ctr images import`. Needs root (mmdebstrap, umoci unpack/repack as root) and the packages of
-# install-node-deps.sh.
+# testbed/system-packages.txt.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 images_setup "${1:-}" "${BASH_SOURCE[0]}"

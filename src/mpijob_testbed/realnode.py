@@ -197,7 +197,7 @@ def prepare(layout: Layout, echo: Echo, count: int = 1) -> list[NodeLayout]:
             raise TestbedError(f"--real-node: state directory path too long for a unix socket ({n.socket})")
     node = nodes[0]
     t = time.monotonic()
-    _script("install-node-deps.sh", echo=echo)
+    _script("install-system-deps.sh", echo=echo)
     _script("build-node.sh", echo=echo, env={**os.environ, ENV_NODE_BIN: str(node_bin_dir())})
     _script("build-images.sh", str(node.images), echo=echo)
     echo(f"[testbed] real node: packages, kubelet and images ready ({time.monotonic() - t:.1f}s)")

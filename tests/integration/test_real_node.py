@@ -7,8 +7,8 @@ directory), records the host before, and its last test proves `down` put the hos
 `REAL_NODES = 2` (the Horovod module) gets real-1 and real-2 from the same fixture.
 
 Skipped with the reason when the machine cannot run a real node (not root, no cgroups, no apt, Debian's
-packages not installable) or when MPIJOB_SKIP_REAL_NODE=1; with MPIJOB_REQUIRE_REAL_NODE=1 (`make e2e`) that
-is a failure instead.
+packages not installable) or when MPIJOB_SKIP_REAL_NODE=1; in CI (`CI=true`) and with MPIJOB_REQUIRE_REAL_NODE=1
+(`make e2e`) that is a failure instead (cannot_run.py).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cannot_run import cannot_run
 from kube import Kube, eventually, mpijob
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 from operator_harness import OperatorProcess
@@ -64,13 +65,11 @@ def real_testbed(request: pytest.FixtureRequest) -> Iterator[tuple[cluster.Testb
     reason = _skip_reason()
     if reason is None:
         # The one step that needs the network (Debian's mirror): a machine without it skips, loudly.
-        deps = subprocess.run(["bash", str(repo_root() / "testbed" / "install-node-deps.sh")], check=False)
+        deps = subprocess.run(["bash", str(repo_root() / "testbed" / "install-system-deps.sh")], check=False)
         if deps.returncode != 0:
-            reason = f"testbed/install-node-deps.sh failed (exit {deps.returncode})"
+            reason = f"testbed/install-system-deps.sh failed (exit {deps.returncode})"
     if reason:
-        if os.environ.get("MPIJOB_REQUIRE_REAL_NODE") == "1":
-            pytest.fail(f"real node required (MPIJOB_REQUIRE_REAL_NODE=1) but not possible here: {reason}")
-        pytest.skip(f"real node not possible here: {reason}")
+        cannot_run(f"real node not possible here: {reason}")
     # Short: containerd's socket lives inside and unix socket paths are limited to 107 bytes.
     state_dir = Path(tempfile.mkdtemp(prefix="mpijob-rn-"))
     before = hoststate.capture()

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cannot_run import cannot_run
 from kube import Kube, container, eventually, has_condition, label_node, live, mpijob
 from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess
@@ -48,7 +49,7 @@ def _components(testbed: cluster.Testbed | None, name: str) -> None:
     try:
         extras.build([name], echo=_echo)
     except TestbedError as err:
-        pytest.skip(f"{name} could not be built: {err}")
+        cannot_run(f"{name} could not be built: {err}")
     cluster.start_extras((name,), testbed.state_dir, echo=_echo)
 
 
