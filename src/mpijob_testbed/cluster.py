@@ -487,6 +487,7 @@ def _start_fresh(
         names = ensure_nodes(rest, nodes, layout, echo)
         extras.ensure(layout, rest, with_, echo=echo)
         if real:
+            state["cluster_dns"] = realnode.start_dns(layout, echo)
             started_nodes = [realnode.start(layout, pki, server, rest, echo, n.index) for n in real]
             state["real_node"], state["real_nodes"] = started_nodes[0], started_nodes
             layout.state_file.write_text(json.dumps(state, indent=2) + "\n")

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpijob_testbed import hoststate, processes
+from mpijob_testbed import clusterdns, hoststate, processes
 from mpijob_testbed.certs import Pki, issue_leaf
 from mpijob_testbed.components import KUBERNETES_SERVICE_IP
 from mpijob_testbed.errors import TestbedError
@@ -149,6 +149,10 @@ def node_bin_dir() -> Path:
 
 def kubelet_binary() -> Path:
     return node_bin_dir() / "kubelet"
+
+
+def coredns_binary() -> Path:
+    return node_bin_dir() / clusterdns.COMPONENT
 
 
 def binary(component: str) -> Path:
@@ -357,6 +361,9 @@ def _kubelet_config(node: NodeLayout, pki: Pki, port: int, healthz_port: int) ->
         "registerWithTaints": [{"key": REAL_NODE_TAINT, "value": "true", "effect": "NoSchedule"}],
         "serializeImagePulls": False,
         "resolvConf": "/etc/resolv.conf",
+        # Pods resolve cluster names through the testbed's CoreDNS (clusterdns.py), on the bridge's gateway.
+        "clusterDNS": [NODE_IP],
+        "clusterDomain": clusterdns.CLUSTER_DOMAIN,
         "maxPods": 20,
     }
     if node.cgroup_root:
@@ -380,6 +387,11 @@ def _create_cgroup_root(node: NodeLayout) -> None:
             for f in ("cpuset.cpus", "cpuset.mems"):
                 with contextlib.suppress(OSError):
                     (d / f).write_text((controller / f).read_text())
+
+
+def start_dns(layout: Layout, echo: Echo) -> dict[str, int]:
+    """The cluster's DNS, once for all real nodes (they share the bridge it listens on)."""
+    return clusterdns.start(layout, coredns_binary(), NODE_IP, echo)
 
 
 def start(layout: Layout, pki: Pki, server: str, rest: Rest, echo: Echo, index: int = 1) -> dict[str, Any]:
@@ -514,8 +526,11 @@ def stop(layout: Layout, rest: Rest | None, echo: Echo) -> list[str]:
     before: dict[str, Any] = json.loads(node_layout(layout).before.read_text())
     for node in node_layouts(layout):
         _stop_node(layout, node, rest, echo)
+    clusterdns.stop(layout, coredns_binary(), echo)
     # Shims run in sessions of their own and outlive containerd; their command line names our socket.
-    for pid in processes.find_processes(f"{layout.root}{os.sep}", (SHIM, "containerd", "kubelet")):
+    for pid in processes.find_processes(
+        f"{layout.root}{os.sep}", (SHIM, "containerd", "kubelet", clusterdns.COMPONENT)
+    ):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     undone = hoststate.remove_cgroups(before)

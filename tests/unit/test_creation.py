@@ -188,6 +188,10 @@ LAUNCHER_ENV = {
         "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
         "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
         "OMPI_MCA_orte_set_default_slots": "3",
+        "PRTE_MCA_prte_keep_fqdn_hostnames": "false",
+        "PRTE_MCA_prte_default_hostfile": "/etc/mpi/hostfile",
+        "PRTE_MCA_plm_ssh_args": "-o ConnectionAttempts=10",
+        "PRTE_MCA_prte_set_default_slots": "3",
     },
     "Intel": {
         "I_MPI_HYDRA_HOST_FILE": "/etc/mpi/hostfile",
@@ -215,6 +219,46 @@ def test_launcher_job_env_follows_the_implementation(implementation: str) -> Non
     assert config["configMap"]["name"] == "pi-config"
     modes = {i["key"]: i["mode"] for i in config["configMap"]["items"]}
     assert modes == {c.HOSTFILE_KEY: 0o444, c.DISCOVER_HOSTS_KEY: 0o555, c.DISCOVERED_HOSTS_KEY: 0o444}
+
+
+def test_openmpi_launcher_env_serves_openmpi4_and_5() -> None:
+    """OpenMPI 4 (ORTE) reads the reference's OMPI_MCA_* names, OpenMPI 5 (PRRTE) only PRTE_MCA_* ones: the
+    launcher gets both, the reference's first and in its order, each PRRTE name beside its ORTE counterpart."""
+    launcher = _one(creates(plan(snap(mpijob(implementation="OpenMPI", slots=4))), "Job"))
+    env = launcher["spec"]["template"]["spec"]["containers"][0]["env"]
+    mpi = [(e["name"], e["value"]) for e in env if e["name"].startswith(("OMPI_MCA_", "PRTE_MCA_"))]
+
+    assert mpi == [
+        ("OMPI_MCA_orte_keep_fqdn_hostnames", "true"),
+        ("OMPI_MCA_orte_default_hostfile", "/etc/mpi/hostfile"),
+        ("OMPI_MCA_plm_rsh_args", "-o ConnectionAttempts=10"),
+        ("OMPI_MCA_orte_set_default_slots", "4"),
+        # PRRTE matches host names without resolving them: keeping the FQDN would make the launcher's own
+        # hostfile line a remote host (it still connects to the full name with false).
+        ("PRTE_MCA_prte_keep_fqdn_hostnames", "false"),
+        ("PRTE_MCA_prte_default_hostfile", "/etc/mpi/hostfile"),
+        ("PRTE_MCA_plm_ssh_args", "-o ConnectionAttempts=10"),
+        ("PRTE_MCA_prte_set_default_slots", "4"),
+    ]
+
+
+def test_openmpi_launcher_as_worker_gets_the_prrte_env_too() -> None:
+    job = mpijob(workers=1, launcher_as_worker=True, implementation="OpenMPI", slots=2)
+    launcher = _one(creates(plan(snap(job)), "Job"))
+    env = env_of(launcher["spec"]["template"]["spec"]["containers"][0])
+
+    assert env["PRTE_MCA_prte_default_hostfile"] == "/etc/mpi/hostfile"
+    assert env["PRTE_MCA_prte_keep_fqdn_hostnames"] == "false"
+    assert env["PRTE_MCA_prte_set_default_slots"] == "2"
+
+
+def test_user_set_prrte_variable_wins_over_the_operators() -> None:
+    user_env = [{"name": "PRTE_MCA_prte_keep_fqdn_hostnames", "value": "true"}]
+    tmpl = {"spec": {"containers": [{"name": "mpi", "image": "x", "env": user_env}]}}
+    job = mpijob(implementation="OpenMPI", launcher={"replicas": 1, "template": tmpl})
+    launcher = _one(creates(plan(snap(job)), "Job"))
+    env = launcher["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e["value"] for e in env if e["name"] == "PRTE_MCA_prte_keep_fqdn_hostnames"] == ["true"]
 
 
 def test_launcher_job_passes_run_policy_through() -> None:

@@ -169,6 +169,8 @@ class World:
     uncached: set[str] = field(default_factory=set)
     _rv: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
     _uid: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    # Pod IPs the kubelet hands out: a recreated pod of the same name gets a new one, as on a real node.
+    _ip: itertools.count[int] = field(default_factory=lambda: itertools.count(10))
     _place: int = 0
 
     # -- objects ---------------------------------------------------------------------------------------
@@ -453,9 +455,13 @@ class World:
     def run(self, *names: str, ready: bool = True) -> None:
         for name in names:
             pod = self.pod(name)
+            status = pod.get("status") or {}
+            n = next(self._ip)
+            ip = status.get("podIP") or f"10.0.{n // 250}.{n % 250 + 1}"
             pod["status"] = {
-                **(pod.get("status") or {}),
+                **status,
                 "phase": "Running",
+                "podIP": ip,
                 "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
             }
             self._touch(pod)

@@ -65,6 +65,12 @@ def ensure_service(ctx: PlanContext) -> None:
             )
 
 
+def _addresses(ctx: PlanContext, names: tuple[str, ...], hosts: list[str]) -> dict[str, str]:
+    """host -> pod IP of the listed workers, for the launcher's DNS check (discovery.py)."""
+    ips = {name_of(p): (p.get("status") or {}).get("podIP") for p in ctx.snapshot.owned_pods}
+    return {host: str(ips[n]) for n, host in zip(names, hosts, strict=True) if ips.get(n)}
+
+
 def ensure_config_map(ctx: PlanContext, decided: WorkerPlan) -> str:
     """The hostfile, discover_hosts.sh and the discovery list; returns the list."""
     domain = ctx.snapshot.config.cluster_domain
@@ -86,6 +92,7 @@ def ensure_config_map(ctx: PlanContext, decided: WorkerPlan) -> str:
         ([launcher_host] if launcher_host else []) + discovered,
         slots,
         ctx.now,
+        _addresses(ctx, decided.discovery_names, discovered),
     )
     if ctx.spec.elastic_policy is not None:
         script = discovery.script(namespace, ctx.name, uid_of(ctx.job), use_api=ctx.api_discovery())

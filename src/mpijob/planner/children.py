@@ -118,10 +118,21 @@ def _implementation_env(spec: MPIJobSpec) -> list[Obj]:
     impl = spec.mpi_implementation
     if impl is MPIImplementation.OPENMPI:
         pairs = [
+            # OpenMPI 4.x (ORTE), as the reference operator sets them.
             ("OMPI_MCA_orte_keep_fqdn_hostnames", "true"),
             ("OMPI_MCA_orte_default_hostfile", hostfile),
             ("OMPI_MCA_plm_rsh_args", ssh_args),
             ("OMPI_MCA_orte_set_default_slots", str(spec.slots_per_worker)),
+            # OpenMPI 5.x (PRRTE) reads only PRTE_MCA_*: plain mpirun no longer translates OMPI_MCA_orte_*
+            # (openpmix/prrte v3.0.7+, schizo_ompi.c), so every rank would run on the launcher. Names as
+            # registered in prrte v3.0.8 (OpenMPI 5.0.7): src/runtime/prte_mca_params.c, src/util/proc_info.c,
+            # src/mca/plm/ssh/plm_ssh_component.c. ORTE ignores them. keep_fqdn stays false: PRRTE does not
+            # resolve names, so with true the launcher's own line (runLauncherAsWorker) is taken for a remote
+            # host; with false it still sshes to the full name. docs/migration.md has the evidence.
+            ("PRTE_MCA_prte_keep_fqdn_hostnames", "false"),
+            ("PRTE_MCA_prte_default_hostfile", hostfile),
+            ("PRTE_MCA_plm_ssh_args", ssh_args),
+            ("PRTE_MCA_prte_set_default_slots", str(spec.slots_per_worker)),
         ]
     elif impl is MPIImplementation.INTEL:
         pairs = [

@@ -8,8 +8,15 @@ The list (`host:slots` lines under a header line) is written to the job's Config
      once when its annotations change, but a ConfigMap volume only on its periodic resync, ~1 min);
   3. else, while that annotation is not set yet (a new launcher pod), the ConfigMap's copy as mounted;
   4. else prints no host, says why on stderr and exits 1: an error never looks like "every host removed".
-An empty list from a source is a real answer (no worker is serving: not Running yet, or all leaving) and
+An empty list from a source is a real answer (no worker is serving: not Ready yet, or all leaving) and
 is printed as such, exit 0: Horovod then waits for hosts, which is what the job's state means.
+
+The list also carries each worker's pod IP (`# address <host> <ip>` lines, which readers of `host:slots`
+lines skip). The script prints a host only when cluster DNS agrees: a name that DNS does not know yet
+(NXDOMAIN: its record appears once the pod is Ready and the endpoints follow) or answers with another
+address (a reused worker name whose old record is still cached, `cache 30`) is held back, since Horovod
+would fail to reach it and blacklist the name. A lookup that errs or times out holds nothing back (a
+resolver problem never looks like hosts leaving).
 """
 
 from __future__ import annotations
@@ -23,12 +30,31 @@ HEADER = "# mpijob discovery"
 # How long the script may spend on the API before falling back to the files (its whole run stays < 1 s:
 # Horovod's driver runs it every second, synchronously, with no timeout of its own).
 API_BUDGET_SECONDS = 0.6
+# How long the script waits for all its DNS lookups together (they run in parallel) before it keeps the
+# hosts still unanswered.
+DNS_BUDGET_SECONDS = 0.3
+ADDRESS = "# address "
 _LINE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:[0-9]+$")
 
 
-def payload(namespace: str, job: str, hosts: Sequence[str], slots: int, changed: str) -> str:
+def payload(
+    namespace: str, job: str, hosts: Sequence[str], slots: int, changed: str, addresses: Mapping[str, str] | None = None
+) -> str:
+    """The list: header, `host:slots` lines, then the known pod IP of each host (for the DNS check)."""
+    known = addresses or {}
     lines = [f"{HEADER} of {namespace}/{job}, changed {changed}", *(f"{h}:{slots}" for h in hosts)]
+    lines += [f"{ADDRESS}{h} {known[h]}" for h in hosts if known.get(h)]
     return "\n".join(lines) + "\n"
+
+
+def payload_addresses(text: str | None) -> dict[str, str]:
+    """host -> pod IP of a discovery list's address lines (empty for lists written before they existed)."""
+    out = {}
+    for line in (text or "").splitlines():
+        if line.startswith(ADDRESS):
+            host, _, ip = line[len(ADDRESS) :].strip().partition(" ")
+            out[host] = ip.strip()
+    return out
 
 
 def payload_hosts(text: str | None) -> list[str] | None:
@@ -57,17 +83,27 @@ def listed_hosts(data: Mapping[str, str]) -> list[str] | None:
     return None if lines is None else [h.rpartition(":")[0] or h for h in lines]
 
 
-def desired_payload(current: str | None, namespace: str, job: str, hosts: Sequence[str], slots: int, now: str) -> str:
-    """The list to write: the current text when the hosts are the same (a steady job writes nothing, and the
-    "changed" time stays the time of the last real change), else a new one stamped `now`."""
-    wanted = [f"{h}:{slots}" for h in hosts]
-    if current is not None and payload_hosts(current) == wanted:
-        return current
-    return payload(namespace, job, hosts, slots, now)
+def desired_payload(
+    current: str | None,
+    namespace: str,
+    job: str,
+    hosts: Sequence[str],
+    slots: int,
+    now: str,
+    addresses: Mapping[str, str] | None = None,
+) -> str:
+    """The list to write: the current text when the hosts and their addresses are the same (a steady job
+    writes nothing, and the "changed" time stays the time of the last real change), else a new one stamped
+    `now`."""
+    new = payload(namespace, job, hosts, slots, now, addresses)
+    if current is None:
+        return new
+    same = payload_hosts(current) == payload_hosts(new) and payload_addresses(current) == payload_addresses(new)
+    return current if same else new
 
 
 _PROGRAM = r"""
-import json, os, re, signal, ssl, sys, time, urllib.error, urllib.request
+import json, os, re, signal, socket, ssl, sys, threading, time, urllib.error, urllib.request
 
 NAMESPACE = @NAMESPACE@
 CONFIG_MAP = @CONFIG_MAP@
@@ -76,6 +112,8 @@ USE_API = @USE_API@
 KEY = @KEY@
 HEADER = @HEADER@
 BUDGET = @BUDGET@
+DNS_BUDGET = @DNS_BUDGET@
+ADDRESS = @ADDRESS@
 LINE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:[0-9]+$")
 env = os.environ
 start = time.monotonic()
@@ -95,7 +133,46 @@ def hosts_of(text, where):
     for h in hosts:
         if not LINE.match(h):
             raise Unusable(where + ": malformed line " + repr(h))
-    return lines[0], hosts
+    addresses = dict(l[len(ADDRESS):].strip().partition(" ")[::2] for l in lines[1:] if l.startswith(ADDRESS))
+    return lines[0], hosts, addresses
+
+
+def lookup(name, answers):
+    try:
+        answers[name] = {a[4][0] for a in socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)}
+    except socket.gaierror as e:
+        # Only "no such name" is an answer; a resolver failure (EAI_AGAIN, ...) is no answer.
+        answers[name] = "NXDOMAIN" if e.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", -5)) else None
+    except Exception:
+        answers[name] = None
+
+
+# (hosts DNS agrees with, {held-back host line: why}): a host whose name does not resolve yet, or resolves
+# to another address than its pod's, is held back; unanswered lookups hold nothing back.
+def agreeing_with_dns(hosts, addresses):
+    if env.get("MPIJOB_DISCOVERY_DNS_CHECK") == "0":
+        return hosts, {}
+    answers, threads = {}, []
+    for line in hosts:
+        name = line.rpartition(":")[0]
+        if addresses.get(name):
+            t = threading.Thread(target=lookup, args=(name, answers), daemon=True)
+            t.start()
+            threads.append(t)
+    deadline = time.monotonic() + DNS_BUDGET
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    kept, held = [], {}
+    for line in hosts:
+        name = line.rpartition(":")[0]
+        got, want = answers.get(name), addresses.get(name)
+        if got == "NXDOMAIN":
+            held[line] = "not in DNS yet"
+        elif isinstance(got, set) and want not in got:
+            held[line] = "DNS answers %s, the pod is %s" % (",".join(sorted(got)), want)
+        else:
+            kept.append(line)
+    return kept, held
 
 
 def timed_out(signum, frame):
@@ -136,9 +213,9 @@ def from_api():
     meta = obj.get("metadata") or {}
     if not any(r.get("controller") and r.get("uid") == JOB_UID for r in meta.get("ownerReferences") or []):
         raise Unusable("API: ConfigMap %s/%s is not this MPIJob's" % (NAMESPACE, CONFIG_MAP))
-    header, hosts = hosts_of((obj.get("data") or {}).get(KEY), "API")
+    header, hosts, addresses = hosts_of((obj.get("data") or {}).get(KEY), "API")
     where = "API (ConfigMap %s/%s, resourceVersion %s)" % (NAMESPACE, CONFIG_MAP, meta.get("resourceVersion"))
-    return where, header, hosts
+    return where, header, hosts, addresses
 
 
 def from_file(path, what):
@@ -147,8 +224,8 @@ def from_file(path, what):
             text = f.read()
     except OSError as e:
         raise Unusable("%s %s: %s" % (what, path, e.strerror))
-    header, hosts = hosts_of(text, "%s %s" % (what, path))
-    return "%s %s" % (what, path), header, hosts
+    header, hosts, addresses = hosts_of(text, "%s %s" % (what, path))
+    return "%s %s" % (what, path), header, hosts, addresses
 
 
 def main():
@@ -160,15 +237,18 @@ def main():
     ]
     for source in sources:
         try:
-            where, header, hosts = source()
+            where, header, hosts, addresses = source()
         except Unusable as e:
             reasons.append(str(e))
             continue
         if reasons and USE_API:
             sys.stderr.write("discover_hosts.sh: using %s; %s\n" % (where, "; ".join(reasons)))
+        hosts, held = agreeing_with_dns(hosts, addresses)
         if "--explain" in sys.argv[1:]:
             took = (time.monotonic() - start) * 1000
             sys.stderr.write("source: %s\nlist: %s\ntook: %.0f ms\n" % (where, header, took))
+            for line, why in held.items():
+                sys.stderr.write("held back: %s (%s)\n" % (line, why))
         sys.stdout.write("".join(h + "\n" for h in hosts))
         return 0
     sys.stderr.write("discover_hosts.sh: no usable host list: %s\n" % "; ".join(reasons))
@@ -197,6 +277,7 @@ def script(namespace: str, job: str, job_uid: str, *, use_api: bool) -> str:
     for key, value in values.items():
         program = program.replace(key, repr(value))
     program = program.replace("@USE_API@", repr(use_api)).replace("@BUDGET@", repr(API_BUDGET_SECONDS))
+    program = program.replace("@DNS_BUDGET@", repr(DNS_BUDGET_SECONDS)).replace("@ADDRESS@", repr(ADDRESS))
     source = (
         f"the Kubernetes API (ConfigMap {namespace}/{config_map}, key {constants.DISCOVERED_HOSTS_KEY}), then "
         if use_api
@@ -213,7 +294,8 @@ def script(namespace: str, job: str, job_uid: str, *, use_api: bool) -> str:
         f"# that exists, this ConfigMap's copy ({constants.CONFIG_MOUNT_PATH}/{constants.DISCOVERED_HOSTS_KEY}). "
         "Nothing usable: "
         "no host, the reason\n"
-        "# on stderr, exit 1. `sh discover_hosts.sh --explain` tells which source answered.\n"
+        "# on stderr, exit 1. A host whose name cluster DNS does not resolve to its pod's address yet is held\n"
+        "# back. `sh discover_hosts.sh --explain` tells which source answered and what was held back.\n"
         "if ! command -v python3 >/dev/null 2>&1; then\n"
         '  echo "discover_hosts.sh: python3 not found" >&2\n'
         "  exit 1\n"

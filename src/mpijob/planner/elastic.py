@@ -29,6 +29,7 @@ from mpijob.api.objects import (
     parse_time,
     pod_node,
     pod_phase,
+    pod_ready,
 )
 from mpijob.planner.actions import Emit
 from mpijob.planner.discovery import listed_hosts
@@ -518,7 +519,8 @@ def plan_elastic(
         kept=leaving.kept,
         leaving=leaving.leaving,
         hostfile_names=tuple(n for _, n in sorted(hosts)),
-        discovery_names=tuple(name_of(p) for p in leaving.kept if pod_phase(p) == "Running"),
+        # Ready, as the headless Service's DNS records are: Horovod is never offered a name that cannot resolve.
+        discovery_names=tuple(name_of(p) for p in leaving.kept if pod_phase(p) == "Running" and pod_ready(p)),
         foreign_names=grown.foreign_names,
         wake_after=leaving.wake_after,
         held=terminations.held,
