@@ -236,6 +236,74 @@ print("server:", host, port)
     assert kubectl(tb, "-n", ns, "exec", "in-cluster", "--", "cat", "/etc/hostname").strip() == "in-cluster"
 
 
+def _dns_pod(ns: str, name: str, *, ready: bool) -> Obj:
+    probe = ["true"] if ready else ["false"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": "dns"}},
+        "spec": {
+            **ON_REAL_NODE,
+            "hostname": name,
+            "subdomain": "web",
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": realnode.LAUNCHER_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sleep", "3600"],
+                    "readinessProbe": {"exec": {"command": probe}, "periodSeconds": 1},
+                }
+            ],
+        },
+    }
+
+
+async def test_pods_resolve_headless_service_names_and_the_api_through_cluster_dns(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]], rn_kube: Kube
+) -> None:
+    """CoreDNS (the testbed's cluster DNS): a Ready pod of a headless Service resolves under
+    <pod>.<service>.<ns>.svc[.cluster.local], a pod that is not Ready does not (no endpoint, no record), and
+    kubernetes.default.svc is the API's Service address; the kubelet writes the cluster's resolv.conf."""
+    tb, kube = real_testbed[0], rn_kube
+    ns = kube.ns
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {"clusterIP": "None", "selector": {"app": "dns"}},
+    }
+    await kube.client.create(f"/api/v1/namespaces/{ns}/services", service)
+    for name, ready in (("up", True), ("down", False)):
+        await kube.client.create(f"/api/v1/namespaces/{ns}/pods", _dns_pod(ns, name, ready=ready))
+    for name in ("up", "down"):
+        await eventually(lambda n=name: _is(kube, n, "Running"), within=120, what=f"pod {name} Running")
+    ip = (await kube.get("v1", "Pod", "up"))["status"]["podIP"]
+
+    def getent(name: str) -> tuple[int, str]:
+        out = subprocess.run(
+            [str(resolve_bin_dir(None) / "kubectl"), "--kubeconfig", str(tb.kubeconfig), "-n", ns, "exec", "up",
+             "--", "getent", "ahostsv4", name],
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        return out.returncode, out.stdout
+
+    async def resolves(name: str, want: str) -> bool:
+        code, out = getent(name)
+        return code == 0 and {line.split()[0] for line in out.splitlines()} == {want}
+
+    for name in (f"up.web.{ns}.svc", f"up.web.{ns}.svc.cluster.local"):
+        await eventually(lambda n=name: resolves(n, ip), within=60, what=f"{name} -> {ip}")
+    assert await resolves("kubernetes.default.svc", "10.96.0.1")
+    # Not Ready: no endpoint, so no record (exit 2: not found), as on any cluster without publishNotReadyAddresses.
+    assert getent(f"down.web.{ns}.svc")[0] == 2
+    resolv = kubectl(tb, "-n", ns, "exec", "up", "--", "cat", "/etc/resolv.conf")
+    assert f"search {ns}.svc.cluster.local svc.cluster.local cluster.local" in resolv, resolv
+    assert f"nameserver {realnode.NODE_IP}" in resolv, resolv
+
+
 async def _is(kube: Kube, pod: str, phase: str) -> bool:
     return await pod_phase(kube, pod) == phase
 

@@ -7,8 +7,9 @@ generated; the workers run the operator's default `sshd -De`. The training loop 
 commits every 5 batches and prints COMMIT/RESET/ROLLBACK lines, which `kubectl logs` of the launcher shows
 beside Horovod's own driver log (--log-level INFO).
 
-The testbed has no cluster DNS: the test writes each worker's pod IP into the launcher's /etc/hosts (what a
-headless Service's records would give) and the launcher's discovery script only passes on names that resolve.
+Names resolve through the testbed's cluster DNS (CoreDNS with the kubernetes plugin and the standard Corefile,
+`cache 30`; src/mpijob_testbed/clusterdns.py): the workers' records are the headless Service's, and the
+operator's discover_hosts.sh holds back a name DNS does not resolve to its pod yet (docs/elastic.md).
 
 Two real nodes (`REAL_NODES = 2`: real-1 and real-2, each its own containerd and kubelet on this host, one
 bridge): the scale-in and rollback cases let the scheduler place the pods on either; the node-termination case
@@ -72,31 +73,6 @@ GLOO_TIMEOUT_S = 150
 COMMIT = re.compile(r"COMMIT batch=(\d+) size=(\d+) loss=")
 RESET = re.compile(r"RESET batch=(\d+) size=(\d+)$", re.MULTILINE)
 ROLLBACK = re.compile(r"ROLLBACK from=(\d+) to=(\d+)")
-# Run in the launcher with {worker name: IP or None} on stdin and the workers' DNS suffix as argument. /etc/hosts
-# is the kubelet's file bind-mounted into the container: it cannot be replaced by a rename, and truncating it would
-# let a concurrent reader (the discovery script, ssh) see it empty. So a stale line is turned into a comment by
-# writing one byte (`#`) at its start, and new lines are appended: every state a reader can see is consistent.
-EDIT_HOSTS = """
-import json, sys
-want, suffix = json.load(sys.stdin), sys.argv[1]
-with open("/etc/hosts", "r+b") as f:
-    offset, live = 0, set()
-    for line in f.read().split(b"\\n"):
-        fields = line.decode().split()
-        name = fields[-1] if len(fields) > 1 and not fields[0].startswith("#") else None
-        if name in want:
-            if want[name] == fields[0]:
-                live.add(name)
-            else:
-                f.seek(offset)
-                f.write(b"#")
-        offset += len(line) + 1
-with open("/etc/hosts", "a") as f:
-    for name, ip in want.items():
-        if ip and name not in live:
-            f.write(f"{ip} {name}.{suffix} {name}\\n")
-            f.flush()
-"""
 
 
 @pytest.fixture(scope="module")
@@ -163,11 +139,10 @@ def horovod_job(
 
 
 class Run:
-    """One Horovod job: its pods, the /etc/hosts stand-in for DNS, and its launcher's log."""
+    """One Horovod job: its pods and its launcher's log."""
 
     def __init__(self, tb: cluster.Testbed, kube: Kube, job: str) -> None:
         self.tb, self.kube, self.job = tb, kube, job
-        self.written: dict[str, tuple[str, str]] = {}  # worker name -> (pod uid, IP) in the launcher's /etc/hosts
         self.launcher = ""
 
     async def start(self, image: str, workers: int, **placement: Obj) -> None:
@@ -180,58 +155,15 @@ class Run:
         await self.kube.create(cm)
         await self.kube.create(horovod_job(self.job, image, workers, **placement))
 
-    async def sync_hosts(self) -> None:
-        """Make the launcher's /etc/hosts answer for each worker pod as a headless Service's records would:
-        a worker's name maps to its current pod's IP. A recreated pod (same name, new uid: scale-out reuses the
-        lowest free index) invalidates the old pod's line at once, so the name does not resolve to a stale IP
-        while the new pod has none; the new line is added once it has an IP."""
-        if not self.launcher:
-            running = [p for p in await self.kube.launcher_pods(self.job) if p["status"].get("phase") == "Running"]
-            if not running:
-                return
-            self.launcher = running[0]["metadata"]["name"]
-        want: dict[str, str | None] = {}
-        uids: dict[str, str] = {}
-        for pod in await self.kube.workers(self.job):
-            meta = pod["metadata"]
-            name, uid, ip = meta["name"], meta["uid"], pod["status"].get("podIP")
-            if meta.get("deletionTimestamp"):
-                continue  # the old line stays until a new pod takes the name (the rollback test relies on it)
-            written = self.written.get(name)
-            if ip and written != (uid, ip):
-                want[name] = ip
-            elif not ip and written and written[0] != uid:
-                want[name] = None
-            else:
-                continue
-            uids[name] = uid
-        if not want:
-            return
-        kubectl(
-            self.tb,
-            "-n",
-            self.kube.ns,
-            "exec",
-            "-i",
-            self.launcher,
-            "--",
-            "python3",
-            "-c",
-            EDIT_HOSTS,
-            f"{self.job}.{self.kube.ns}.svc",
-            input_text=json.dumps(want),
-        )
-        for name, ip in want.items():
-            if ip:
-                self.written[name] = (uids[name], ip)
-            else:
-                self.written.pop(name, None)
-
-    async def keep_hosts_synced(self) -> None:
-        while True:
-            # A pod going away under kubectl exec fails one round; the next one retries.
+    async def find_launcher(self) -> None:
+        """Remember the launcher pod once it runs (its log is what the tests read)."""
+        while not self.launcher:
             with contextlib.suppress(AssertionError):
-                await self.sync_hosts()
+                pods = await self.kube.launcher_pods(self.job)
+                running = [p for p in pods if p["status"].get("phase") == "Running"]
+                if running:
+                    self.launcher = running[0]["metadata"]["name"]
+                    return
             await asyncio.sleep(1)
 
     def launcher_restarts(self) -> int:
@@ -261,7 +193,7 @@ def diagnostics(tb: cluster.Testbed, kube: Kube, run: Run) -> str:
     out.append(pods)
     for line in pods.splitlines()[1:]:
         name = line.split()[0]
-        for cmd in ("ps -eo pid,ppid,etime,args", "cat /etc/hosts", "cat /tmp/discovered 2>/dev/null"):
+        for cmd in ("ps -eo pid,ppid,etime,args", "cat /etc/resolv.conf", "cat /tmp/discovered 2>/dev/null"):
             with contextlib.suppress(AssertionError, subprocess.TimeoutExpired):
                 out.append(f"--- {name}: {cmd}\n" + kubectl(tb, "-n", kube.ns, "exec", name, "--", "sh", "-c", cmd))
     return "\n".join(out)
@@ -286,7 +218,7 @@ async def start_training(
 ) -> tuple[Run, asyncio.Task[None]]:
     run = Run(tb, kube, "hvd")
     await run.start(image, workers, **placement)
-    syncer = asyncio.create_task(run.keep_hosts_synced())
+    syncer = asyncio.create_task(run.find_launcher())
     await run.wait_log(lambda log: commits_after(log, 0, workers, 3), f"training on {workers} workers", within=300)
     return run, syncer
 
@@ -387,9 +319,11 @@ async def test_horovod_elastic_keeps_training_through_a_targeted_scale_in_withou
         newcomer = c.worker_name(run.job, 1)
         joined = kubectl(tb, "-n", kube.ns, "exec", newcomer, "--", "ps", "-eo", "args")
         assert "elastic_train.py" in joined, joined
-        # The DNS stand-in answers with the new pod's address only (the deleted pod's line was invalidated).
+        # Cluster DNS answers the reused name with the new pod's address only (Horovod was offered it no
+        # earlier: discover_hosts.sh held it back while DNS said otherwise).
         new_ip = (await kube.get("v1", "Pod", newcomer))["status"]["podIP"]
-        resolved = kubectl(tb, "-n", kube.ns, "exec", run.launcher, "--", "getent", "ahostsv4", newcomer)
+        fqdn = f"{newcomer}.{run.job}.{kube.ns}.svc"
+        resolved = kubectl(tb, "-n", kube.ns, "exec", run.launcher, "--", "getent", "ahostsv4", fqdn)
         assert {line.split()[0] for line in resolved.splitlines()} == {new_ip}, resolved
 
     finally:

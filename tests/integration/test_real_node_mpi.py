@@ -1,0 +1,347 @@
+"""The reference operator's end-to-end scenarios (kubeflow/mpi-operator v0.8.2, test/e2e) with real `mpirun`.
+
+Two real nodes (real-1 and real-2), cluster DNS (CoreDNS), and the MPI images of testbed/build-mpi-images.sh:
+OpenMPI 4.1 (Debian 12), OpenMPI 5 (Debian 13) and MPICH (Debian 12), each with our `pi` program (every rank
+prints `rank R of N on HOST`, rank 0 `pi is approximately 3.14159265`). Each test reads what a user reads: the
+MPIJob's conditions and `kubectl logs` of the launcher. Beyond the reference's suite (which never looks at the
+output): the ranks ran on two distinct workers, placed on both nodes, and `pi` printed its known value.
+
+Intel MPI is not here: its runtime comes only from Intel's own package repository, which this machine cannot
+reach; its generated objects (I_MPI_* variables, hostfile format) are covered by tests/unit/test_creation.py and
+tests/integration/test_core.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cannot_run import cannot_run
+from kube import API_VERSION, Kube, eventually, has_condition, mpijob
+from operator_harness import OperatorProcess
+from test_real_node import (  # noqa: F401
+    ON_REAL_NODE,
+    kubectl,
+    real_testbed,
+    record,
+    rn_api,
+    rn_kube,
+    rn_operator,
+)
+
+from mpijob.api import constants as c
+from mpijob_testbed import cluster, realnode
+from mpijob_testbed.nodes import spread_over
+from mpijob_testbed.paths import repo_root
+
+pytestmark = [pytest.mark.integration, pytest.mark.realnode]
+
+Obj = dict[str, Any]
+REAL_NODES = 2
+IMAGES = ("openmpi4", "openmpi5", "mpich")
+PI = "pi is approximately 3.14159265"
+RANK = re.compile(r"^rank (\d+) of (\d+) on (\S+)$", re.MULTILINE)
+HOSTNAME = "kubernetes.io/hostname"
+PI_BINARY = "/home/mpiuser/pi"
+
+
+def image(name: str) -> str:
+    return f"mpijob.local/{name}:testbed"
+
+
+@pytest.fixture(scope="module")
+def mpi_images(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> dict[str, str]:  # noqa: F811
+    tb = real_testbed[0]
+    out = tb.state_dir / "mpi-images"
+    build = subprocess.run(
+        ["bash", str(repo_root() / "testbed" / "build-mpi-images.sh"), str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if build.returncode != 0:
+        cannot_run(f"the MPI images cannot be built here (exit {build.returncode}): {build.stderr[-2000:]}")
+    took = {name: realnode.import_image(tb.state_dir, image(name), out / f"{name}.tar") for name in IMAGES}
+    record(mpi_image_import_s=took)
+    return {name: image(name) for name in IMAGES}
+
+
+def _spread(job: str) -> Obj:
+    """Workers kept on the real nodes and spread one per node (so the ranks cross nodes)."""
+    labels = {c.LABEL_JOB_NAME: job, c.LABEL_JOB_ROLE: c.ROLE_WORKER}
+    return {"tolerations": ON_REAL_NODE["tolerations"], **spread_over(realnode.node_names(REAL_NODES), labels)}
+
+
+def pi_job(
+    name: str,
+    img: str,
+    command: str,
+    *,
+    implementation: str = "OpenMPI",
+    workers: int = 2,
+    worker: Obj | None = None,
+    launcher: Obj | None = None,
+    pod: Obj | None = None,
+    **spec: Any,
+) -> Obj:
+    """The reference's pi job: workers run the operator's default sshd unless `worker` says otherwise; the
+    launcher restarts on failure (a worker name may not resolve yet when it first starts, as in the
+    reference's suite)."""
+    worker_container = {"name": "worker", "image": img, "imagePullPolicy": "Never", **(worker or {})}
+    launcher_container = {
+        "name": "launcher",
+        "image": img,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", command],
+        **(launcher or {}),
+    }
+    return mpijob(
+        name,
+        workers=workers,
+        implementation=implementation,
+        worker_template={"spec": {**_spread(name), **(pod or {}), "containers": [worker_container]}},
+        launcher_template={
+            "spec": {**ON_REAL_NODE, **(pod or {}), "restartPolicy": "OnFailure", "containers": [launcher_container]}
+        },
+        **spec,
+    )
+
+
+async def finished(kube: Kube, job: str, within: float = 240) -> Obj:
+    async def done() -> Obj | None:
+        obj = await kube.job(job)
+        return obj if (obj.get("status") or {}).get("completionTime") or has_condition(obj, "Failed") else None
+
+    return await eventually(done, within=within, interval=1, what=f"MPIJob {job} finished")
+
+
+def launcher_log(tb: cluster.Testbed, kube: Kube, job: str) -> str:
+    pods = kubectl(tb, "-n", kube.ns, "get", "pods", "-l", f"{c.LABEL_JOB_NAME}={job},{c.LABEL_JOB_ROLE}=launcher",
+                   "-o", "jsonpath={.items[*].metadata.name}").split()  # fmt: skip
+    assert pods, f"no launcher pod of {job}"
+    return kubectl(tb, "-n", kube.ns, "logs", pods[0])
+
+
+async def assert_pi_ran_across_workers(tb: cluster.Testbed, kube: Kube, job: str, ranks: int) -> str:
+    """Succeeded, every rank printed, on at least two distinct worker hosts placed on both nodes, pi right."""
+    obj = await finished(kube, job)
+    log = launcher_log(tb, kube, job)
+    assert has_condition(obj, "Succeeded"), (obj.get("status"), log[-3000:])
+    seen = {(int(r), int(n), host) for r, n, host in RANK.findall(log)}
+    assert {r for r, _, _ in seen} == set(range(ranks)) and {n for _, n, _ in seen} == {ranks}, log
+    worker_hosts = {host for _, _, host in seen if host.startswith(f"{job}-worker-")}
+    assert len(worker_hosts) >= 2, f"ranks ran on {sorted({h for _, _, h in seen})}, not on two workers: {log}"
+    assert PI in log, log
+    nodes = {p["spec"].get("nodeName") for p in await kube.workers(job)}
+    assert nodes == set(realnode.node_names(REAL_NODES)), nodes
+    return log
+
+
+def mpirun(ranks: int, *extra: str) -> str:
+    return " ".join(["mpirun", *extra, "-n", str(ranks), PI_BINARY])
+
+
+@pytest.mark.parametrize("name", ["openmpi4", "openmpi5"])
+async def test_openmpi_root_pi_runs_its_ranks_on_both_workers(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    mpi_images: dict[str, str],
+    name: str,
+) -> None:
+    """The reference's "root" case, on OpenMPI 4.1 and 5: with only the operator's environment (hostfile,
+    ssh arguments, slots), mpirun starts its two ranks on the two workers, one per node. Under OpenMPI 5 that
+    needs the PRRTE variables (docs/migration.md); without them every rank runs on the launcher."""
+    tb, kube = real_testbed[0], rn_kube
+    job = f"pi-{name}"
+    await kube.create(pi_job(job, mpi_images[name], mpirun(2, "--allow-run-as-root")))
+    log = await assert_pi_ran_across_workers(tb, kube, job, 2)
+    assert not any(h.startswith(f"{job}-launcher") for _, _, h in RANK.findall(log)), log
+
+
+async def test_a_wrong_command_fails_the_job(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    mpi_images: dict[str, str],
+) -> None:
+    """Root without --allow-run-as-root: OpenMPI refuses, the launcher fails twice (backoffLimit 1), Failed."""
+    tb, kube = real_testbed[0], rn_kube
+    body = pi_job("pi-wrong", mpi_images["openmpi5"], mpirun(2), run_policy={"backoffLimit": 1})
+    await kube.create(body)
+    obj = await finished(kube, "pi-wrong")
+    assert has_condition(obj, "Failed"), obj.get("status")
+    assert "allow-run-as-root" in launcher_log(tb, kube, "pi-wrong")
+
+
+async def test_created_suspended_makes_no_pods_until_resumed_then_succeeds(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    mpi_images: dict[str, str],
+) -> None:
+    tb, kube = real_testbed[0], rn_kube
+    job = "pi-suspended"
+    body = pi_job(job, mpi_images["openmpi4"], mpirun(2, "--allow-run-as-root"), run_policy={"suspend": True})
+    await kube.create(body)
+    await eventually(lambda: _suspended(kube, job), within=60, what="Suspended=True")
+    await asyncio.sleep(3)
+    assert await kube.workers(job) == [] and await kube.launcher_pods(job) == []
+    await kube.patch_job(job, {"spec": {"runPolicy": {"suspend": False}}})
+    await assert_pi_ran_across_workers(tb, kube, job, 2)
+
+
+async def _suspended(kube: Kube, job: str) -> bool:
+    return has_condition(await kube.job(job), "Suspended")
+
+
+async def test_host_network_job_succeeds(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    mpi_images: dict[str, str],
+) -> None:
+    """hostNetwork on launcher and worker (the reference's case: 1 worker, 1 rank). The operator sets
+    dnsPolicy ClusterFirstWithHostNet, so the worker's name still resolves through cluster DNS."""
+    tb, kube = real_testbed[0], rn_kube
+    job = "pi-hostnet"
+    body = pi_job(job, mpi_images["openmpi4"], mpirun(1, "--allow-run-as-root"), workers=1, pod={"hostNetwork": True})
+    await kube.create(body)
+    obj = await finished(kube, job)
+    log = launcher_log(tb, kube, job)
+    assert has_condition(obj, "Succeeded"), (obj.get("status"), log[-3000:])
+    assert PI in log and RANK.search(log), log
+
+
+async def test_non_root_user_runs_pi_with_its_own_sshd(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    mpi_images: dict[str, str],
+) -> None:
+    """runAsUser 1000 on both, the key pair at sshAuthMountPath /home/mpiuser/.ssh, the worker running sshd
+    with the user's config (as the reference's non-root case)."""
+    tb, kube = real_testbed[0], rn_kube
+    job = "pi-nonroot"
+    body = pi_job(
+        job,
+        mpi_images["openmpi5"],
+        mpirun(2),
+        worker={"command": ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]},
+        pod={"securityContext": {"runAsUser": 1000, "runAsGroup": 1000}},
+        sshAuthMountPath="/home/mpiuser/.ssh",
+    )
+    await kube.create(body)
+    await assert_pi_ran_across_workers(tb, kube, job, 2)
+
+
+async def test_wait_for_workers_ready_creates_the_launcher_after_a_real_readiness_probe(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    mpi_images: dict[str, str],
+) -> None:
+    """launcherCreationPolicy WaitForWorkersReady with a TCP readiness probe on sshd's port: the launcher
+    exists only once both workers are Ready, and its first mpirun finds every name resolvable."""
+    tb, kube = real_testbed[0], rn_kube
+    job = "pi-wait"
+    probe = {"tcpSocket": {"port": 2222}, "periodSeconds": 1}
+    body = pi_job(
+        job,
+        mpi_images["openmpi4"],
+        mpirun(2, "--allow-run-as-root"),
+        worker={"readinessProbe": probe},
+        launcherCreationPolicy="WaitForWorkersReady",
+    )
+    await kube.create(body)
+
+    async def launcher_exists() -> bool:
+        return bool(await kube.launcher_pods(job))
+
+    await eventually(launcher_exists, within=180, what="the launcher pod")
+    launcher = (await kube.launcher_pods(job))[0]
+    created = launcher["metadata"]["creationTimestamp"]
+    for w in await kube.workers(job):
+        ready_at = next(x["lastTransitionTime"] for x in w["status"]["conditions"] if x["type"] == "Ready")
+        assert ready_at <= created, (w["metadata"]["name"], ready_at, created)
+    await assert_pi_ran_across_workers(tb, kube, job, 2)
+    restarts = [s.get("restartCount", 0) for s in launcher["status"].get("containerStatuses") or []]
+    assert sum(restarts) == 0, restarts
+
+
+async def test_mpich_pi_runs_across_workers_after_waiting_for_their_names(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    mpi_images: dict[str, str],
+) -> None:
+    """MPICH (Hydra reads the operator's HYDRA_HOST_FILE): the launcher waits until every hostfile name
+    resolves (the image's mpi-wait-hosts, the reference's entrypoint wait) and never restarts."""
+    tb, kube = real_testbed[0], rn_kube
+    job = "pi-mpich"
+    body = pi_job(job, mpi_images["mpich"], f"mpi-wait-hosts && mpiexec -n 2 {PI_BINARY}", implementation="MPICH")
+    await kube.create(body)
+    await assert_pi_ran_across_workers(tb, kube, job, 2)
+    launcher = (await kube.launcher_pods(job))[0]
+    assert sum(s.get("restartCount", 0) for s in launcher["status"].get("containerStatuses") or []) == 0
+
+
+async def test_managed_by_an_external_controller_creates_nothing(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    mpi_images: dict[str, str],
+) -> None:
+    kube = rn_kube
+    job = "pi-managed"
+    body = pi_job(job, mpi_images["openmpi4"], mpirun(2, "--allow-run-as-root"))
+    body["spec"].setdefault("runPolicy", {})["managedBy"] = "kueue.x-k8s.io/multikueue"
+    await kube.create(body)
+    await asyncio.sleep(5)
+    obj = await kube.job(job)
+    assert not (obj.get("status") or {}).get("conditions"), obj.get("status")
+    assert await kube.workers(job) == [] and await kube.launcher_pods(job) == []
+    assert await kube.get("batch/v1", "Job", c.launcher_name(job)) is None
+    assert await kube.get("v1", "Secret", c.secret_name(job)) is None
+
+
+@pytest.fixture
+def cluster_domain_operator(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    tmp_path: Path,
+) -> Iterator[OperatorProcess]:
+    """The module's operator replaced for one test by one with `--cluster-domain cluster.local`."""
+    rn_operator.stop()
+    proc = OperatorProcess(real_testbed[0].kubeconfig, tmp_path, ("--cluster-domain", "cluster.local"))
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        rn_operator.start()
+
+
+async def test_cluster_domain_and_launcher_as_worker(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    cluster_domain_operator: OperatorProcess,
+    mpi_images: dict[str, str],
+) -> None:
+    """`--cluster-domain cluster.local` (fully qualified host names in the hostfile) with runLauncherAsWorker:
+    three ranks, on the launcher and on both workers."""
+    tb, kube = real_testbed[0], rn_kube
+    job = "pi-domain"
+    body = pi_job(job, mpi_images["openmpi5"], mpirun(3, "--allow-run-as-root"), runLauncherAsWorker=True)
+    await kube.create(body)
+    log = await assert_pi_ran_across_workers(tb, kube, job, 3)
+    assert any(h.startswith(f"{job}-launcher") for _, _, h in RANK.findall(log)), log
+    hostfile = kubectl(tb, "-n", kube.ns, "get", "configmap", c.config_map_name(job), "-o",
+                       "jsonpath={.data.hostfile}")  # fmt: skip
+    assert f".{job}.{kube.ns}.svc.cluster.local slots=1" in hostfile, hostfile
+    await kube.delete(API_VERSION, "MPIJob", job)
