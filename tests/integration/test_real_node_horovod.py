@@ -317,6 +317,9 @@ async def test_horovod_elastic_keeps_training_through_a_targeted_scale_in_withou
         batches = [b for b, _ in commits(log)]
         assert batches == sorted(batches) and len(set(batches)) == len(batches), batches
         newcomer = c.worker_name(run.job, 1)
+        # For docs/results.md (not asserted): how long the launcher's script held the reused name back while
+        # DNS did not answer with the new pod's address, and when it first printed it.
+        record(horovod_reused_name=held_back(log, newcomer, after=time.time() - (time.monotonic() - t0)))
         joined = kubectl(tb, "-n", kube.ns, "exec", newcomer, "--", "ps", "-eo", "args")
         assert "elastic_train.py" in joined, joined
         # Cluster DNS answers the reused name with the new pod's address only (Horovod was offered it no
@@ -333,6 +336,22 @@ async def test_horovod_elastic_keeps_training_through_a_targeted_scale_in_withou
 
 # The host list ends where discover.sh's "(source: ...)" note begins.
 DISCOVERED = re.compile(r"DISCOVERED (\d+\.\d+):([^(]*)")
+DISCOVERED_LINE = re.compile(r"DISCOVERED (\d+\.\d+):([^(]*)\((.*)\)")
+
+
+def held_back(log: str, worker: str, after: float) -> dict[str, Any]:
+    """From the launcher's discovery log: when `worker` was first held back (its name not yet resolving to its
+    pod) and first listed, in seconds after `after` (epoch seconds)."""
+    first_held = first_listed = None
+    for at, hosts, note in DISCOVERED_LINE.findall(log):
+        t = float(at) - after
+        if t < 0:
+            continue
+        if first_held is None and f"held back: {worker}." in note:
+            first_held = round(t, 1)
+        if first_listed is None and any(h.split(".")[0] == worker for h in hosts.split()):
+            first_listed = round(t, 1)
+    return {"first_held_back_s": first_held, "first_listed_s": first_listed}
 
 
 def delisted_at(log: str, victims: list[str], after: float) -> float | None:
