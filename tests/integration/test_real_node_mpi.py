@@ -35,7 +35,8 @@ from test_real_node import (  # noqa: F401
 )
 
 from mpijob.api import constants as c
-from mpijob_testbed import cluster, realnode
+from mpijob_testbed import cluster, extras, realnode
+from mpijob_testbed.errors import TestbedError
 from mpijob_testbed.nodes import spread_over
 from mpijob_testbed.paths import repo_root
 
@@ -345,3 +346,67 @@ async def test_cluster_domain_and_launcher_as_worker(
                        "jsonpath={.data.hostfile}")  # fmt: skip
     assert f".{job}.{kube.ns}.svc.cluster.local slots=1" in hostfile, hostfile
     await kube.delete(API_VERSION, "MPIJob", job)
+
+
+@pytest.fixture
+def gang_operator(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    tmp_path: Path,
+) -> Iterator[OperatorProcess]:
+    """The coscheduling scheduler (scheduler-plugins, built from its Go module) on this testbed, and the module's
+    operator replaced for one test by one with --gang-scheduling for it."""
+    tb = real_testbed[0]
+    try:
+        extras.build([extras.COSCHEDULING], echo=print)
+    except TestbedError as err:
+        cannot_run(f"the coscheduling scheduler could not be built: {err}")
+    cluster.start_extras((extras.COSCHEDULING,), tb.state_dir, echo=print)
+    rn_operator.stop()
+    proc = OperatorProcess(tb.kubeconfig, tmp_path, ("--gang-scheduling", extras.COSCHEDULING_SCHEDULER_NAME))
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        rn_operator.start()
+
+
+async def test_gang_scheduling_holds_every_pod_until_the_gang_fits_then_pi_runs(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    gang_operator: OperatorProcess,
+    mpi_images: dict[str, str],
+) -> None:
+    """The reference's gang case with the real coscheduling scheduler: `schedulingPolicy.minResources` more than
+    the two real nodes have leaves the launcher and both workers Pending (none bound); lowering it to what
+    fits lets the scheduler bind the whole gang, and pi runs across both workers."""
+    tb, kube = real_testbed[0], rn_kube
+    job = "pi-gang"
+    body = pi_job(
+        job,
+        mpi_images["openmpi4"],
+        mpirun(2, "--allow-run-as-root"),
+        run_policy={"schedulingPolicy": {"minResources": {"cpu": "1000"}}},
+    )
+    await kube.create(body)
+
+    async def pods() -> list[Obj]:
+        return [
+            p
+            for p in await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}")
+            if "deletionTimestamp" not in p["metadata"]
+        ]
+
+    async def created() -> list[Obj] | None:
+        found = await pods()
+        return found if len(found) == 3 else None
+
+    found = await eventually(created, within=60, what="the launcher and 2 workers created")
+    assert all(p["spec"]["schedulerName"] == extras.COSCHEDULING_SCHEDULER_NAME for p in found)
+    for _ in range(20):  # 10 s: nothing may bind while the gang cannot fit
+        bound = [p["metadata"]["name"] for p in await pods() if p["spec"].get("nodeName")]
+        assert bound == [], f"bound before the gang fits: {bound}"
+        await asyncio.sleep(0.5)
+    await kube.patch_job(job, {"spec": {"runPolicy": {"schedulingPolicy": {"minResources": {"cpu": "100m"}}}}})
+    await assert_pi_ran_across_workers(tb, kube, job, 2)
