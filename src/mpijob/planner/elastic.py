@@ -6,7 +6,7 @@
                        -> names to list, Worker replicas;
 4. `departures`        who leaves (listed, failed, excess, all when suspended) and who is deleted now;
 5. `growth`            new worker indexes for the deficit;
-6. `new_failures`      workers that start leaving because they failed or landed on a terminating node.
+6. `new_failures`      workers that start leaving because they crashed (not lost to their node).
 
 `plan_elastic` runs them in that order and returns the WorkerPlan the planner turns into writes.
 Vocabulary (see workers.py): listed, leaving, kept.
@@ -25,9 +25,7 @@ from mpijob.api.objects import (
     annotations_of,
     is_terminating,
     labels_of,
-    meta,
     name_of,
-    parse_time,
     pod_node,
     pod_phase,
     pod_ready,
@@ -54,6 +52,7 @@ from mpijob.planner.workers import (
     is_leaving,
     leaving_since,
     may_be_uncached_worker,
+    node_lost,
     node_signal,
     pod_signal,
     unreadable_leaving_since,
@@ -488,41 +487,17 @@ def growth(
     return Growth(tuple(to_create), foreign, events)
 
 
-# A worker whose node turns out to be terminating within this long of its creation "landed on a terminating
-# node" (a replacement the scheduler put on a node about to go): it counts toward the replacement backoff
-# like a failure. Workers that served longer and lose their node (an ordinary spot reclaim) do not.
-LANDED_WITHIN_SECONDS = 120.0
-
-
-def new_failures(
-    snapshot: Snapshot,
-    policy: ElasticPolicy,
-    workers: Sequence[Obj],
-    terminations: Terminations,
-    leaving: Departures,
-    record: Record,
-    *,
-    suspended: bool,
-) -> int:
+def new_failures(snapshot: Snapshot, workers: Sequence[Obj], leaving: Departures, record: Record) -> int:
     """Step 6: how many workers count toward the replacement backoff now: those that start leaving (not
-    leaving at the last status write, which records the count with leavingWorkers in one write) because
-    they failed or landed on a terminating node. Read from durable state only (the pod, its node, the spec's
-    list, the last status), so a reconcile cut before its status write is counted by the next one, once."""
+    leaving at the last status write, which records the count with leavingWorkers in one write) because they
+    crashed: Failed, with no disruption of their own and no signal on their node. A worker lost to its node (a
+    taint, out-of-service, a cordon, the node deleted) or to a disruption (DisruptionTarget: an eviction, a
+    preemption, a graceful node shutdown) is never counted, however young (`node_lost`): waiting would not keep
+    its replacement off a doomed node (tainted and cordoned nodes are unschedulable, a deleted one is gone),
+    it would only keep the job below its floor. Read from durable state only (the pod, its node, the last
+    status), so a reconcile cut before its status write is counted by the next one, once."""
     newly = set(leaving.leaving) - record.leaving
-    listed = set(terminations.workers_to_delete)
-    signals_count = not suspended and effective_termination_policy(snapshot, policy) is not NodeTerminationPolicy.IGNORE
-    count = 0
-    for pod in workers:
-        name = name_of(pod)
-        if name not in newly:
-            continue
-        if pod_phase(pod) == "Failed":
-            count += 1
-        elif signals_count and name in listed and node_signal(snapshot, pod_node(pod)) is not None:
-            born = parse_time(meta(pod).get("creationTimestamp"))
-            since = leaving_since(pod, snapshot.now) if is_leaving(pod) else snapshot.now
-            count += born is not None and 0 <= (since - born).total_seconds() <= LANDED_WITHIN_SECONDS
-    return count
+    return sum(1 for p in workers if name_of(p) in newly and pod_phase(p) == "Failed" and not node_lost(snapshot, p))
 
 
 def plan_elastic(
@@ -540,7 +515,7 @@ def plan_elastic(
     )
     leaving = departures(snapshot, policy, workers, terminations, record, suspended=suspended)
     grown = growth(snapshot, policy, workers, terminations, leaving.kept, record, suspended=suspended)
-    failures = new_failures(snapshot, policy, workers, terminations, leaving, record, suspended=suspended)
+    failures = new_failures(snapshot, workers, leaving, record)
     hosts = [(index_of(job_name, p), name_of(p)) for p in leaving.kept]
     # A worker whose pod is being killed is out of discovery whatever the policy (Ignore keeps it otherwise).
     undisrupted = [p for p in leaving.kept if pod_signal(p) is None]

@@ -75,7 +75,7 @@ class WorkerPlan:
     # Serving workers on a cordoned node kept in service (not listed) so that a soft signal never takes the
     # job below minReplicas; as many replacements are created first (make before break).
     held: tuple[str, ...] = ()
-    # Workers that started leaving because they failed or landed on a terminating node (replacement backoff).
+    # Workers that started leaving because they crashed (replacement backoff; see elastic.new_failures).
     failures: int = 0
 
 
@@ -151,6 +151,12 @@ def pod_signal(pod: Obj) -> str | None:
     if reason in NODE_SHUTDOWN_REASONS or (reason == "Terminated" and "node shutdown" in message):
         return f"node shutdown ({reason})"
     return None
+
+
+def node_lost(snapshot: Snapshot, pod: Obj) -> bool:
+    """The worker is lost to its node or to a disruption, not to a crash: its pod is being killed
+    (`pod_signal`) or its node carries a signal (`node_signal`). Never counted as a failure (rule 7)."""
+    return pod_signal(pod) is not None or node_signal(snapshot, pod_node(pod)) is not None
 
 
 def hold_soft_signals(
