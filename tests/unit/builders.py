@@ -201,12 +201,15 @@ def worker(
     annotations: Mapping[str, str] | None = None,
     terminating: bool = False,
     reason: str | None = None,
+    message: str | None = None,
+    disruption: str | None = None,
     labels: Mapping[str, str] | None = None,
     name: str | None = None,
     owner: Obj | None = None,
     rv: str = "10",
 ) -> Obj:
-    """A worker pod of `job` (owned by `owner`, default the job). Ready defaults to phase == Running."""
+    """A worker pod of `job` (owned by `owner`, default the job). Ready defaults to phase == Running.
+    `disruption`: the reason of a DisruptionTarget=True condition (the pod is about to be killed)."""
     job_name = job["metadata"]["name"]
     pod_name = name or c.worker_name(job_name, index)
     default_labels = {
@@ -226,13 +229,36 @@ def worker(
         pod["spec"]["nodeName"] = node
     is_ready = phase == "Running" if ready is None else ready
     pod["status"]["conditions"] = [{"type": "Ready", "status": "True" if is_ready else "False"}]
+    if disruption is not None:
+        pod["status"]["conditions"].append(disruption_target(disruption))
     if annotations:
         pod["metadata"]["annotations"] = dict(annotations)
     if terminating:
         pod["metadata"]["deletionTimestamp"] = ts(-1)
     if reason:
         pod["status"]["reason"] = reason
+    if message:
+        pod["status"]["message"] = message
     return pod
+
+
+DISRUPTION_MESSAGES = {
+    "TerminationByKubelet": "Pod was terminated in response to imminent node shutdown.",
+    "EvictionByEvictionAPI": "Eviction API: evicting",
+    "PreemptionByScheduler": "team-a/urgent: preempting to accommodate a higher priority pod",
+    "DeletionByTaintManager": "Taint manager: deleting due to NoExecute taint",
+}
+
+
+def disruption_target(reason: str, status: str = "True") -> Obj:
+    """The pod condition a component about to kill a pod sets first (as the API server shows it)."""
+    return {
+        "type": "DisruptionTarget",
+        "status": status,
+        "reason": reason,
+        "message": DISRUPTION_MESSAGES.get(reason, reason),
+        "lastTransitionTime": ts(-1),
+    }
 
 
 def leaving(since: str, why: str = "workersToDelete") -> dict[str, str]:

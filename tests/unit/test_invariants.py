@@ -4,6 +4,7 @@
 - listed workers leave before (or with) any unlisted one, and always in the plan that sees them listed;
 - node termination (or any spec patch) never takes Worker replicas below minReplicas, nor raises them;
 - a Running worker whose node is still there is deleted only after it spent the grace period out of discovery;
+- a worker whose pod has DisruptionTarget=True is never in the discovery list, from the plan that first sees it;
 - in the world simulator, reconciling to a fixed point converges the kept workers to replicas.
 """
 
@@ -18,14 +19,35 @@ from hypothesis import strategies as st
 from mpijob.api import constants as c
 from mpijob.planner.actions import Action, ConfirmAbsence, Create, Delete, Patch
 from mpijob.planner.plan import plan
-from mpijob.planner.snapshot import Obj, Snapshot, is_owned_by, parse_time
+from mpijob.planner.snapshot import Obj, Snapshot, condition_true, is_owned_by, parse_time
 
-from .builders import SPOT_TAINT, at, elastic, foreign_pod, hosts_in, leaving, mpijob, node, snap, ts, worker
+from .builders import (
+    SPOT_TAINT,
+    at,
+    disruption_target,
+    elastic,
+    foreign_pod,
+    hosts_in,
+    leaving,
+    mpijob,
+    node,
+    snap,
+    ts,
+    worker,
+)
 from .world import World, controller_of, is_leaving, is_terminating
 
 NODE_STATES = ["healthy", "healthy", "spot", "cordoned", "deleted"]
 PHASES = ["Running", "Running", "Running", "Pending", "Failed", "Succeeded", "Unknown"]
 POLICIES = ["ScaleIn", "ScaleIn", "Replace", "Ignore"]
+# DisruptionTarget reasons (issue 19); "False" draws a condition with status False (no signal).
+DISRUPTIONS = [
+    "TerminationByKubelet",
+    "EvictionByEvictionAPI",
+    "PreemptionByScheduler",
+    "DeletionByTaintManager",
+    "DeletionByPodGC",
+]
 JOB_LABELS = {c.LABEL_JOB_NAME: "pi", c.LABEL_JOB_ROLE: c.ROLE_WORKER}
 PROFILE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -116,6 +138,31 @@ def check_graceful(s: Snapshot, actions: list[Action]) -> None:
             assert not discovered & gone, f"{discovered & gone} still discoverable"
 
 
+def is_disrupted(pod: Obj) -> bool:
+    return condition_true(pod, "DisruptionTarget")
+
+
+def check_disrupted_out_of_discovery(s: Snapshot, actions: list[Action]) -> None:
+    """A worker whose pod has DisruptionTarget=True is in neither the discovery list the plan leaves behind
+    (written, or as it was when the plan writes none) nor the discoveredHosts it records: it leaves in the
+    plan that first sees the condition, whatever the policy."""
+    disrupted = {n for n, p in _owned(s).items() if is_disrupted(p)}
+    if not disrupted or any(condition_true(s.job, kind) for kind in ("Succeeded", "Failed")):
+        return
+    data = dict((s.config_map or {}).get("data") or {}) if s.config_map and is_owned_by(s.config_map, s.job) else None
+    for a in actions:
+        if isinstance(a, Create) and a.obj["kind"] == "ConfigMap":
+            data = dict(a.obj["data"])
+        elif isinstance(a, Patch) and a.kind == "ConfigMap":
+            data = {**(data or {}), **a.patch["data"]}
+        elif isinstance(a, Patch) and a.kind == "MPIJob" and a.subresource == "status":
+            recorded = set(a.patch["status"].get("discoveredHosts") or [])
+            assert not recorded & disrupted, f"{recorded & disrupted} recorded as discovered"
+    if data is not None and data.get(c.DISCOVERED_HOSTS_KEY):
+        listed = set(hosts_in(data[c.DISCOVERED_HOSTS_KEY]))
+        assert not listed & disrupted, f"{listed & disrupted} still discoverable"
+
+
 def check_preconditions(s: Snapshot, actions: list[Action]) -> None:
     """Every patch carries the resourceVersion of the object as the plan read it (never someone else's object
     made again under the name), and every delete the uid."""
@@ -140,7 +187,7 @@ def check_plan(s: Snapshot, actions: list[Action]) -> None:
     check_preconditions(s, actions)
     if "elasticPolicy" not in s.job["spec"]:
         return
-    for check in (check_listed_leave_first, check_floor, check_graceful):
+    for check in (check_listed_leave_first, check_floor, check_graceful, check_disrupted_out_of_discovery):
         check(s, actions)
 
 
@@ -180,18 +227,21 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             annotations |= leaving(ts(-draw(st.sampled_from([0, 5, 10, 30, 60]))))
         if draw(st.booleans()):
             annotations[c.ANNOTATION_DELETION_COST] = str(draw(st.integers(-5, 5)))
-        pods.append(
-            worker(
-                job,
-                index,
-                node=draw(st.sampled_from([None, *names])),
-                phase=draw(st.sampled_from(PHASES)),
-                ready=draw(st.booleans()),
-                terminating=draw(st.integers(0, 5)) == 0,
-                annotations=annotations,
-                labels=None if draw(st.integers(0, 4)) else {},
-            )
+        pod = worker(
+            job,
+            index,
+            node=draw(st.sampled_from([None, *names])),
+            phase=draw(st.sampled_from(PHASES)),
+            ready=draw(st.booleans()),
+            terminating=draw(st.integers(0, 5)) == 0,
+            annotations=annotations,
+            labels=None if draw(st.integers(0, 4)) else {},
         )
+        disruption = draw(st.sampled_from([None] * 5 + DISRUPTIONS + ["False"]))
+        if disruption is not None:
+            target = disruption_target("EvictionByEvictionAPI", "False") if disruption == "False" else None
+            pod["status"]["conditions"].append(target or disruption_target(disruption))
+        pods.append(pod)
     ours = [p["metadata"]["name"] for p in pods]
 
     foreign_names = [f"pi-worker-{k}" for k in range(14) if f"pi-worker-{k}" not in ours]
@@ -248,7 +298,7 @@ def node_terminations(draw: st.DrawFn) -> Snapshot:
     )
     pods = []
     for i in range(count):
-        gone = draw(st.sampled_from(["no"] * 6 + ["evicted", "deleted"]))
+        gone = draw(st.sampled_from(["no"] * 6 + ["evicted", "deleted", "disrupted"]))
         pods.append(
             worker(
                 job,
@@ -257,6 +307,7 @@ def node_terminations(draw: st.DrawFn) -> Snapshot:
                 phase="Failed" if gone == "evicted" else "Running",
                 reason="Evicted" if gone == "evicted" else None,
                 terminating=gone == "deleted",
+                disruption=draw(st.sampled_from(DISRUPTIONS)) if gone == "disrupted" else None,
             )
         )
     return snap(job, pods, node_map=nodes)
@@ -281,6 +332,8 @@ def test_node_termination_never_lowers_replicas_below_min_replicas(s: Snapshot) 
 @given(snapshots())
 def test_every_single_plan_keeps_all_invariants(s: Snapshot) -> None:
     actions = plan(s)
+    if any(is_disrupted(p) for p in s.owned_pods):
+        event("with a DisruptionTarget")
     for kind in (Create, Patch, Delete):
         if any(isinstance(a, kind) and (a.obj["kind"] if isinstance(a, Create) else a.kind) == "Pod" for a in actions):
             event(f"pod {kind.__name__}")
@@ -357,6 +410,8 @@ def _steps() -> st.SearchStrategy[list[Step]]:
         st.builds(Step, st.just("remove"), st.integers(0, 3)),
         st.builds(Step, st.just("evict"), st.integers(0, 11)),
         st.builds(Step, st.just("delete"), st.integers(0, 11)),
+        st.builds(Step, st.just("disrupt"), st.tuples(st.integers(0, 11), st.sampled_from(DISRUPTIONS))),
+        st.builds(Step, st.just("shut-down"), st.integers(0, 11)),
         st.builds(Step, st.just("scale"), st.integers(1, 8)),
         st.builds(Step, st.just("scale-in"), st.lists(st.integers(0, 11), unique=True, max_size=3)),
         st.builds(
@@ -380,7 +435,8 @@ def _healthy(world: World) -> list[str]:
 
 
 def perturb(world: World, steps: list[Step], nodes: int, low: int, high: int) -> None:
-    """Applies random steps to job "pi": node signals, evictions, deletions, scale edits, reconciles, time."""
+    """Applies random steps to job "pi": node signals, evictions, deletions, disruptions (DisruptionTarget, and
+    the kubelet stopping a pod in a node shutdown), scale edits, reconciles, time."""
     for step in steps:
         workers = world.worker_names("pi")
         job = world.job("pi")
@@ -396,6 +452,11 @@ def perturb(world: World, steps: list[Step], nodes: int, low: int, high: int) ->
         elif step.kind in ("evict", "delete") and workers:
             victim = workers[step.arg % len(workers)]
             world.kubelet_evict(victim) if step.kind == "evict" else world.delete_pod(victim)
+        elif step.kind == "disrupt" and workers:
+            index, reason = step.arg
+            world.disrupt(workers[index % len(workers)], reason)
+        elif step.kind == "shut-down" and workers:
+            world.shut_down(workers[step.arg % len(workers)])
         elif step.kind == "scale":
             job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = max(low, min(high, step.arg))
             job["metadata"]["resourceVersion"] = world.next_rv()
@@ -473,7 +534,8 @@ def test_world_reaches_a_fixed_point_with_replicas_kept_workers(
     assert low <= replicas <= high
     assert world.worker_names("pi") == kept, "nobody is left leaving, failed or terminating"
     assert world.workers_to_delete("pi") == []
-    running = [n for n in kept if world.pod(n)["status"]["phase"] == "Running"]
+    # Serving: Running, and not being killed (under Ignore a disrupted worker stays, out of discovery).
+    running = [n for n in kept if world.pod(n)["status"]["phase"] == "Running" and not is_disrupted(world.pod(n))]
     assert sorted(world.discovered("pi")) == sorted(running)
     for stranger in strangers:
         now = world.get("Pod", stranger["metadata"]["name"])

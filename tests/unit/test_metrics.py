@@ -110,6 +110,34 @@ def test_node_signal_timings_run_from_first_seen_taint_to_discovery_to_delete() 
     assert _value(m, "mpijob_elastic_signal_to_deleted_seconds_sum", signal=sig) == 10.25
 
 
+def test_a_disrupted_worker_is_labelled_disruption_target_and_timed_from_the_plan_that_saw_it() -> None:
+    # Not from the job's last spec change (hours ago, maybe): the condition has no watch stamp of its own.
+    m = Metrics()
+    clock = Clock()
+    m.clock = clock
+    m.stamps.generations[("ns", "j")] = (3, 5.0)
+    cache = _cache([_pod("j-worker-2", "n1")])
+    cm = Patch("v1", "ConfigMap", "j-config", {"data": {}})
+    leave = Patch(
+        "v1",
+        "Pod",
+        "j-worker-2",
+        {
+            "metadata": {
+                "annotations": {c.ANNOTATION_LEAVING_SINCE: "t", c.ANNOTATION_LEAVING_REASON: "disruption-target"}
+            }
+        },
+    )
+    m.applied(cache, OperatorConfig(), _job(), [cm, leave])  # the discovery write goes first (urgent)
+    assert _value(m, "mpijob_elastic_scale_in_decisions_total", signal="disruption-target") == 1
+    assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_count", signal="disruption-target") == 1
+    assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_sum", signal="disruption-target") == 0.0
+    clock.now = 130.0
+    m.applied(cache, OperatorConfig(), _job(), [Delete("v1", "Pod", "j-worker-2", uid="u")])
+    assert _value(m, "mpijob_elastic_workers_removed_total", signal="disruption-target") == 1
+    assert _value(m, "mpijob_elastic_signal_to_deleted_seconds_sum", signal="disruption-target") == 30.0
+
+
 def test_a_worker_is_out_of_discovery_only_once_the_config_map_is_written() -> None:
     m = Metrics()
     clock = Clock()

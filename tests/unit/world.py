@@ -27,7 +27,7 @@ from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Obj, OperatorConfig, Snapshot, format_time
 
-from .builders import NOW, NS, job_condition, node
+from .builders import NOW, NS, disruption_target, job_condition, node
 
 # Kinds whose `status` is a subresource: a patch of the main resource leaves status alone and vice versa.
 _STATUS_SUBRESOURCE = {"MPIJob", "Pod", "Job"}
@@ -491,6 +491,34 @@ class World:
         """Node-pressure eviction: the pod stays, Failed with reason Evicted."""
         pod = self.pod(name)
         pod["status"] = {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."}
+        self._touch(pod)
+
+    def disrupt(self, name: str, reason: str = "EvictionByEvictionAPI") -> None:
+        """A component about to kill a pod says so first (condition DisruptionTarget=True, with why). The
+        Eviction API, the scheduler's preemption and the taint manager then delete it (gracefully: it lingers,
+        terminating); the kubelet (TerminationByKubelet, a graceful node shutdown) stops it itself, later
+        (`shut_down`)."""
+        pod = self.pod(name)
+        status = pod.get("status") or {}
+        kept = [c for c in status.get("conditions") or [] if c.get("type") != "DisruptionTarget"]
+        pod["status"] = {**status, "conditions": [*kept, disruption_target(reason)]}
+        self._touch(pod)
+        if reason != "TerminationByKubelet":
+            self._remove(("Pod", name))
+
+    def shut_down(self, name: str) -> None:
+        """The kubelet's graceful node shutdown stopped the pod: Failed, reason Terminated (DisruptionTarget
+        stays, if the kubelet set it)."""
+        pod = self.pod(name)
+        status = pod.get("status") or {}
+        kept = [c for c in status.get("conditions") or [] if c.get("type") != "Ready"]
+        pod["status"] = {
+            **status,
+            "phase": "Failed",
+            "reason": "Terminated",
+            "message": "Pod was terminated in response to imminent node shutdown.",
+            "conditions": [{"type": "Ready", "status": "False"}, *kept],
+        }
         self._touch(pod)
 
     def taint(self, node_name: str, key: str) -> None:

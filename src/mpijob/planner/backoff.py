@@ -1,6 +1,6 @@
-"""Replacement backoff (issue 8, rule 7): no churn from workers that keep failing or keep landing on a
-terminating node. The failures are counted by elastic.new_failures; the count and the time of the last one
-live in the status, so a restart does not reset them."""
+"""Replacement backoff (issue 8, rule 7): no churn from workers that keep crashing. The failures are counted by
+elastic.new_failures (a worker lost to its node or to a disruption is none, issue 19); the count and the time
+of the last one live in the status, so a restart does not reset them."""
 
 from __future__ import annotations
 

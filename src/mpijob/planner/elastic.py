@@ -2,10 +2,11 @@
 
 1. `read_record`       what earlier reconciles recorded (last status, our discovery list): read once, here;
 2. `clean_listing`     spec.elasticPolicy.workersToDelete without the names that are done or never were ours;
-3. `node_terminations` node signals and workers removed by someone else -> names to list, Worker replicas;
+3. `node_terminations` node signals, pods being killed (DisruptionTarget) and workers removed by someone else
+                       -> names to list, Worker replicas;
 4. `departures`        who leaves (listed, failed, excess, all when suspended) and who is deleted now;
 5. `growth`            new worker indexes for the deficit;
-6. `new_failures`      workers that start leaving because they failed or landed on a terminating node.
+6. `new_failures`      workers that start leaving because they crashed (not lost to their node).
 
 `plan_elastic` runs them in that order and returns the WorkerPlan the planner turns into writes.
 Vocabulary (see workers.py): listed, leaving, kept.
@@ -24,9 +25,7 @@ from mpijob.api.objects import (
     annotations_of,
     is_terminating,
     labels_of,
-    meta,
     name_of,
-    parse_time,
     pod_node,
     pod_phase,
     pod_ready,
@@ -39,6 +38,7 @@ from mpijob.planner.ranking import rank_victims
 from mpijob.planner.snapshot import Snapshot, is_owned_by
 from mpijob.planner.workers import (
     BAD_NAMES_SHOWN,
+    DISRUPTED,
     FINISHED_PHASES,
     Leave,
     Signal,
@@ -52,7 +52,9 @@ from mpijob.planner.workers import (
     is_leaving,
     leaving_since,
     may_be_uncached_worker,
+    node_lost,
     node_signal,
+    pod_signal,
     unreadable_leaving_since,
     workers_of,
 )
@@ -215,15 +217,14 @@ def node_terminations(
     ]
     signals: list[Signal] = []
     held: list[Obj] = []
+    live = [p for p in unaccounted if name_of(p) not in external_names]
+    ignored: list[Emit] = []
     if not suspended and termination_policy is not NodeTerminationPolicy.IGNORE:
-        for pod in unaccounted:
-            if name_of(pod) in external_names:
-                continue
-            signal = node_signal(snapshot, pod_node(pod))
-            if signal is not None:
-                signals.append(Signal(pod, pod_node(pod) or "", signal))
-        serving = [p for p in unaccounted if name_of(p) not in external_names and pod_phase(p) == "Running"]
+        signals = _signals(snapshot, live)
+        serving = [p for p in live if pod_phase(p) == "Running"]
         signals, held = hold_soft_signals(signals, serving, policy.min_replicas, job_name)
+    elif not suspended:
+        ignored = _ignored_disruptions(live, record)
     scale_in = termination_policy is NodeTerminationPolicy.SCALE_IN and not suspended
     additions = [name_of(s.pod) for s in signals]
     new_replicas = replicas
@@ -231,8 +232,10 @@ def node_terminations(
         additions += [name_of(p) for p in external] + vanished
         new_replicas = min(replicas, max(policy.min_replicas, replicas - len(additions))) if additions else replicas
     events = [*_node_events(signals, termination_policy, kueue_managed, policy, replicas, new_replicas, len(additions))]
+    events += ignored
     if (external or vanished) and scale_in:
-        lost = ", ".join([name_of(p) for p in external] + vanished)
+        # A pod killed by someone who said why (an eviction, a preemption, a node shutdown) is named with it.
+        lost = ", ".join([name_of(p) + (f" ({why})" if (why := pod_signal(p)) else "") for p in external] + vanished)
         message = f"workers {lost} were removed by someone else; Worker replicas {replicas} -> {new_replicas}"
         events.append(Emit("Normal", "WorkerLost", message))
     return Terminations(
@@ -245,6 +248,34 @@ def node_terminations(
     )
 
 
+def _signals(snapshot: Snapshot, workers: Sequence[Obj]) -> list[Signal]:
+    """The signals of workers not accounted for yet: the pod's own first (`pod_signal`: it is being killed, a
+    hard signal even on a cordoned node), else its node's (`node_signal`)."""
+    signals: list[Signal] = []
+    for pod in workers:
+        node = pod_node(pod)
+        own = pod_signal(pod)
+        if own is not None:
+            signals.append(Signal(pod, node or "", own, disruption=True))
+        elif (signal := node_signal(snapshot, node)) is not None:
+            signals.append(Signal(pod, node or "", signal))
+    return signals
+
+
+def _ignored_disruptions(workers: Sequence[Obj], record: Record) -> list[Emit]:
+    """nodeTerminationPolicy Ignore decides nothing about a worker whose pod is being killed (no listing, no
+    scale-in, no replacement until it is gone), but it still leaves discovery (plan_elastic): its process is
+    about to go, and a host Horovod cannot reach fails the ring instead of leaving it. Said once, by the plan
+    that takes it out of the list the last status recorded."""
+    dropped = [p for p in workers if name_of(p) in record.discovered and pod_signal(p) is not None]
+    events: list[Emit] = []
+    for signal in dict.fromkeys(pod_signal(p) for p in dropped):
+        names = ", ".join(name_of(p) for p in dropped if pod_signal(p) == signal)
+        message = f"workers {names} are being disrupted ({signal}): out of discovery (nodeTerminationPolicy Ignore)"
+        events.append(Emit("Normal", "WorkersDisrupted", message))
+    return events
+
+
 def _node_events(
     signals: Sequence[Signal],
     termination_policy: NodeTerminationPolicy,
@@ -254,22 +285,29 @@ def _node_events(
     new_replicas: int,
     additions: int,
 ) -> list[Emit]:
-    """One NodeTerminating Event per node, naming its workers and what happens to them."""
+    """One NodeTerminating Event per node, naming its workers and what happens to them; one WorkersDisrupted
+    Event per kind of disruption of the pods themselves (`pod_signal`), likewise."""
+    if termination_policy is NodeTerminationPolicy.SCALE_IN:
+        verb = f"scaling in (Worker replicas {replicas} -> {new_replicas})"
+    else:
+        verb = "replacing them elsewhere" + (
+            " (Kueue-managed: Worker replicas stay as admitted)" if kueue_managed else ""
+        )
+    floor = ""
+    if termination_policy is NodeTerminationPolicy.SCALE_IN and replicas - additions < policy.min_replicas:
+        floor = f"; minReplicas {policy.min_replicas} reached, the rest are replaced"
     events: list[Emit] = []
-    for node in dict.fromkeys(s.node for s in signals):
-        names = [name_of(s.pod) for s in signals if s.node == node]
-        signal = next(s.signal for s in signals if s.node == node)
-        if termination_policy is NodeTerminationPolicy.SCALE_IN:
-            verb = f"scaling in (Worker replicas {replicas} -> {new_replicas})"
-        else:
-            verb = "replacing them elsewhere" + (
-                " (Kueue-managed: Worker replicas stay as admitted)" if kueue_managed else ""
-            )
-        floor = ""
-        if termination_policy is NodeTerminationPolicy.SCALE_IN and replicas - additions < policy.min_replicas:
-            floor = f"; minReplicas {policy.min_replicas} reached, the rest are replaced"
+    on_nodes = [s for s in signals if not s.disruption]
+    for node in dict.fromkeys(s.node for s in on_nodes):
+        names = [name_of(s.pod) for s in on_nodes if s.node == node]
+        signal = next(s.signal for s in on_nodes if s.node == node)
         message = f"node {node} is terminating ({signal}): workers {', '.join(names)}: {verb}{floor}"
         events.append(Emit("Normal", "NodeTerminating", message))
+    disrupted = [s for s in signals if s.disruption]
+    for signal in dict.fromkeys(s.signal for s in disrupted):
+        names = [name_of(s.pod) for s in disrupted if s.signal == signal]
+        message = f"workers {', '.join(names)} are being disrupted ({signal}): {verb}{floor}"
+        events.append(Emit("Normal", "WorkersDisrupted", message))
     return events
 
 
@@ -342,9 +380,9 @@ def leavers(
             if name in listed or name in record.leaving:
                 on_the_way_out.append(name)  # nothing to mark, leaving till gone
         elif name in listed:
-            to_leave.append(Leave(pod, "workersToDelete"))
+            to_leave.append(Leave(pod, DISRUPTED if pod_signal(pod) else "workersToDelete"))
         elif not counts(pod):
-            to_leave.append(Leave(pod, f"worker {pod_phase(pod)}"))
+            to_leave.append(Leave(pod, DISRUPTED if pod_signal(pod) else f"worker {pod_phase(pod)}"))
     target = 0 if suspended else terminations.replicas
     # Held workers keep serving until as many replacements run: they are counted on top of the target.
     surge = 0 if suspended else len(terminations.held)
@@ -449,41 +487,17 @@ def growth(
     return Growth(tuple(to_create), foreign, events)
 
 
-# A worker whose node turns out to be terminating within this long of its creation "landed on a terminating
-# node" (a replacement the scheduler put on a node about to go): it counts toward the replacement backoff
-# like a failure. Workers that served longer and lose their node (an ordinary spot reclaim) do not.
-LANDED_WITHIN_SECONDS = 120.0
-
-
-def new_failures(
-    snapshot: Snapshot,
-    policy: ElasticPolicy,
-    workers: Sequence[Obj],
-    terminations: Terminations,
-    leaving: Departures,
-    record: Record,
-    *,
-    suspended: bool,
-) -> int:
+def new_failures(snapshot: Snapshot, workers: Sequence[Obj], leaving: Departures, record: Record) -> int:
     """Step 6: how many workers count toward the replacement backoff now: those that start leaving (not
-    leaving at the last status write, which records the count with leavingWorkers in one write) because
-    they failed or landed on a terminating node. Read from durable state only (the pod, its node, the spec's
-    list, the last status), so a reconcile cut before its status write is counted by the next one, once."""
+    leaving at the last status write, which records the count with leavingWorkers in one write) because they
+    crashed: Failed, with no disruption of their own and no signal on their node. A worker lost to its node (a
+    taint, out-of-service, a cordon, the node deleted) or to a disruption (DisruptionTarget: an eviction, a
+    preemption, a graceful node shutdown) is never counted, however young (`node_lost`): waiting would not keep
+    its replacement off a doomed node (tainted and cordoned nodes are unschedulable, a deleted one is gone),
+    it would only keep the job below its floor. Read from durable state only (the pod, its node, the last
+    status), so a reconcile cut before its status write is counted by the next one, once."""
     newly = set(leaving.leaving) - record.leaving
-    listed = set(terminations.workers_to_delete)
-    signals_count = not suspended and effective_termination_policy(snapshot, policy) is not NodeTerminationPolicy.IGNORE
-    count = 0
-    for pod in workers:
-        name = name_of(pod)
-        if name not in newly:
-            continue
-        if pod_phase(pod) == "Failed":
-            count += 1
-        elif signals_count and name in listed and node_signal(snapshot, pod_node(pod)) is not None:
-            born = parse_time(meta(pod).get("creationTimestamp"))
-            since = leaving_since(pod, snapshot.now) if is_leaving(pod) else snapshot.now
-            count += born is not None and 0 <= (since - born).total_seconds() <= LANDED_WITHIN_SECONDS
-    return count
+    return sum(1 for p in workers if name_of(p) in newly and pod_phase(p) == "Failed" and not node_lost(snapshot, p))
 
 
 def plan_elastic(
@@ -501,8 +515,10 @@ def plan_elastic(
     )
     leaving = departures(snapshot, policy, workers, terminations, record, suspended=suspended)
     grown = growth(snapshot, policy, workers, terminations, leaving.kept, record, suspended=suspended)
-    failures = new_failures(snapshot, policy, workers, terminations, leaving, record, suspended=suspended)
+    failures = new_failures(snapshot, workers, leaving, record)
     hosts = [(index_of(job_name, p), name_of(p)) for p in leaving.kept]
+    # A worker whose pod is being killed is out of discovery whatever the policy (Ignore keeps it otherwise).
+    undisrupted = [p for p in leaving.kept if pod_signal(p) is None]
     hosts += [(i, constants.worker_name(job_name, i)) for i in grown.to_create]
     return WorkerPlan(
         new_replicas=terminations.replicas if terminations.replicas != spec.worker_replicas else None,
@@ -520,7 +536,7 @@ def plan_elastic(
         leaving=leaving.leaving,
         hostfile_names=tuple(n for _, n in sorted(hosts)),
         # Ready, as the headless Service's DNS records are: Horovod is never offered a name that cannot resolve.
-        discovery_names=tuple(name_of(p) for p in leaving.kept if pod_phase(p) == "Running" and pod_ready(p)),
+        discovery_names=tuple(name_of(p) for p in undisrupted if pod_phase(p) == "Running" and pod_ready(p)),
         foreign_names=grown.foreign_names,
         wake_after=leaving.wake_after,
         held=terminations.held,

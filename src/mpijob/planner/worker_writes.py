@@ -64,9 +64,10 @@ def decide(ctx: PlanContext, suspended: bool) -> WorkerPlan:
 
 def within_budget(ctx: PlanContext, decided: WorkerPlan) -> WorkerPlan:
     """The decisions, with at most MAX_MARKS_PER_RECONCILE leaving marks and MAX_DELETES_PER_RECONCILE
-    deletes; the next reconcile decides the rest again. Workers on a terminating node are marked first. A
-    worker that leaves now is deleted only with its mark (a deleted worker always carries its leaving time);
-    all leavers are out of discovery at once, whatever the budget (one write)."""
+    deletes; the next reconcile decides the rest again. Workers with a signal (their node's, or their pod's own
+    DisruptionTarget) are marked first. A worker that leaves now is deleted only with its mark (a deleted
+    worker always carries its leaving time); all leavers are out of discovery at once, whatever the budget
+    (one write)."""
     signalled = {name_of(signal.pod) for signal in decided.signals}
     leaves = sorted(decided.to_leave, key=lambda leave: name_of(leave.pod) not in signalled)
     marked = leaves[:MAX_MARKS_PER_RECONCILE]
@@ -118,8 +119,8 @@ def mark_leaving(ctx: PlanContext, decided: WorkerPlan) -> None:
 
 
 def announce_decisions(ctx: PlanContext, decided: WorkerPlan) -> None:
-    """One Event per decision: workers leaving because of a node are named by its NodeTerminating Event,
-    the others in one WorkersLeaving Event."""
+    """One Event per decision: workers leaving because of a node are named by its NodeTerminating Event, those
+    whose pod is being killed by a WorkersDisrupted Event, the others in one WorkersLeaving Event."""
     ctx.draft.announce += decided.events
     announced = {name_of(signal.pod) for signal in decided.signals}
     leaving = [leave for leave in decided.to_leave if name_of(leave.pod) not in announced]

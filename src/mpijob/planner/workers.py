@@ -22,6 +22,7 @@ from mpijob.planner.snapshot import (
     Obj,
     Snapshot,
     annotations_of,
+    condition,
     is_owned_by,
     is_terminating,
     labels_of,
@@ -48,6 +49,8 @@ class Signal:
     pod: Obj
     node: str
     signal: str
+    # The pod itself is being killed (`pod_signal`), whatever its node: reported per signal, not per node.
+    disruption: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ class WorkerPlan:
     # Serving workers on a cordoned node kept in service (not listed) so that a soft signal never takes the
     # job below minReplicas; as many replacements are created first (make before break).
     held: tuple[str, ...] = ()
-    # Workers that started leaving because they failed or landed on a terminating node (replacement backoff).
+    # Workers that started leaving because they crashed (replacement backoff; see elastic.new_failures).
     failures: int = 0
 
 
@@ -117,7 +120,43 @@ def node_signal(snapshot: Snapshot, node: str | None) -> str | None:
 
 
 # Signals that only say a node *may* go: a cordon (drains, but also maintenance and debugging start with one).
+# Every other signal is hard, the per-pod one (`pod_signal`) too: that pod is killed whatever the job does.
 SOFT_SIGNALS = frozenset({"cordoned"})
+
+# The leaving reason of a worker whose own pod is being killed (`pod_signal`): its leaving-reason annotation
+# and its metrics label.
+DISRUPTED = "disruption-target"
+# The pod condition the component about to kill a pod sets on it first (Kubernetes 1.26+, GA in 1.31), with
+# why: EvictionByEvictionAPI (a drain, `kubectl drain`, an autoscaler), PreemptionByScheduler,
+# DeletionByTaintManager (a NoExecute taint), DeletionByPodGC, TerminationByKubelet (a graceful node shutdown,
+# a node-pressure eviction).
+DISRUPTION_TARGET = "DisruptionTarget"
+# status.reason of a pod the kubelet stopped in a graceful node shutdown, for kubelets that set no condition:
+# "Shutdown" (1.21), "Terminated" with a message naming the node shutdown (1.22+); "NodeShutdown": refused
+# at admission, the node was shutting down.
+NODE_SHUTDOWN_REASONS = frozenset({"Shutdown", "NodeShutdown"})
+
+
+def pod_signal(pod: Obj) -> str | None:
+    """Why this pod is being killed whatever its node says, or None: a DisruptionTarget condition with status
+    True (any reason), or the kubelet's graceful node shutdown. A hard signal: the pod leaves discovery in the
+    plan that first sees it, before its process is gone."""
+    target = condition(pod, DISRUPTION_TARGET)
+    if target is not None and target.get("status") == "True":
+        reason = target.get("reason")
+        return f"{DISRUPTION_TARGET} {reason}" if isinstance(reason, str) and reason else DISRUPTION_TARGET
+    status = pod.get("status") or {}
+    reason = status.get("reason")
+    message = str(status.get("message") or "").lower()
+    if reason in NODE_SHUTDOWN_REASONS or (reason == "Terminated" and "node shutdown" in message):
+        return f"node shutdown ({reason})"
+    return None
+
+
+def node_lost(snapshot: Snapshot, pod: Obj) -> bool:
+    """The worker is lost to its node or to a disruption, not to a crash: its pod is being killed
+    (`pod_signal`) or its node carries a signal (`node_signal`). Never counted as a failure (rule 7)."""
+    return pod_signal(pod) is not None or node_signal(snapshot, pod_node(pod)) is not None
 
 
 def hold_soft_signals(

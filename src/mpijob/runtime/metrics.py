@@ -33,7 +33,7 @@ from mpijob.executor.apply import Executor, Outcome
 from mpijob.planner.actions import Action, Create, Delete, Patch
 from mpijob.planner.snapshot import OperatorConfig, Snapshot, parse_time
 from mpijob.planner.status import CREATED, FAILED, SUCCEEDED
-from mpijob.planner.workers import node_signal
+from mpijob.planner.workers import DISRUPTED, node_signal
 from mpijob.runtime.cache import Cache, Key
 from mpijob.runtime.controller import Controller
 
@@ -63,7 +63,7 @@ def signal_label(signal: str) -> str:
 
 
 def _reason_label(reason: str) -> str:
-    # Leave reasons the planner writes: workersToDelete, scale-down, suspended, "worker Failed"...
+    # Leave reasons the planner writes: workersToDelete, scale-down, suspended, disruption-target, "worker Failed"...
     return reason.lower().replace(" ", "-") if reason.startswith("worker ") else reason
 
 
@@ -251,7 +251,9 @@ class Metrics:
                     if stamp is not None:
                         leaving = _Leaving(job_name, stamp[1], stamp[0])
                     else:
-                        leaving = _Leaving(job_name, _reason_label(reason), spec_seen)
+                        # A pod's own disruption (DisruptionTarget) has no watch stamp: timed from this plan.
+                        since = now if reason == DISRUPTED else spec_seen
+                        leaving = _Leaving(job_name, _reason_label(reason), since)
                     self.stamps.leaving[key] = leaving
                     decisions.add(leaving.signal)
                     written = self.stamps.discovery.get((namespace, job_name))
