@@ -234,7 +234,8 @@ async def test_non_root_user_runs_pi_with_its_own_sshd(
         mpi_images["openmpi5"],
         mpirun(2),
         worker={"command": ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]},
-        pod={"securityContext": {"runAsUser": 1000, "runAsGroup": 1000}},
+        # fsGroup: the kubelet makes the key Secret group-readable for uid 1000 (it stays root-owned).
+        pod={"securityContext": {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}},
         sshAuthMountPath="/home/mpiuser/.ssh",
     )
     await kube.create(body)
