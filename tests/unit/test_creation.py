@@ -337,6 +337,15 @@ def test_host_network_workers_use_cluster_first_with_host_net_dns() -> None:
     assert pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
 
 
+def test_a_host_network_launcher_uses_cluster_first_with_host_net_dns_too() -> None:
+    # Found with real mpirun on the real nodes: with the node's resolver the launcher's ssh cannot resolve
+    # its workers' names (test_real_node_mpi.py::test_host_network_job_succeeds).
+    job = mpijob(workers=1, worker={"replicas": 1, "template": template(hostNetwork=True)})
+    job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["hostNetwork"] = True
+    launcher = _one(creates(plan(snap(job)), "Job"))
+    assert launcher["spec"]["template"]["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
+
+
 @pytest.mark.parametrize("mount_path", ["/root/.ssh", "/home/mpiuser/.ssh"])
 def test_ssh_private_key_is_mounted_0600_whatever_the_mount_path(mount_path: str) -> None:
     job = mpijob(workers=1)

@@ -187,6 +187,9 @@ def launcher_job(job: Obj, spec: MPIJobSpec, *, discovery_account: str | None = 
     pod_spec["hostname"] = constants.launcher_name(name)
     pod_spec["subdomain"] = name
     pod_spec["restartPolicy"] = (spec.launcher.restart_policy or RestartPolicy.ON_FAILURE).value
+    if pod_spec.get("hostNetwork"):
+        # Else a host-network launcher resolves with the node's resolver and cannot find its workers.
+        pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     if discovery_account and not user_service_account(spec):
         pod_spec["serviceAccountName"] = discovery_account
     ssh_volume, ssh_mount = _ssh_volume(name, spec.ssh_auth_mount_path)
