@@ -14,6 +14,7 @@ tests/integration/test_core.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import subprocess
 from collections.abc import Iterator
@@ -349,14 +350,23 @@ def cluster_domain_operator(
     tmp_path: Path,
 ) -> Iterator[OperatorProcess]:
     """The module's operator replaced for one test by one with `--cluster-domain cluster.local`."""
-    rn_operator.stop()
-    proc = OperatorProcess(real_testbed[0].kubeconfig, tmp_path, ("--cluster-domain", "cluster.local"))
+    with operator_instead(rn_operator, real_testbed[0], tmp_path, "--cluster-domain", "cluster.local") as proc:
+        yield proc
+
+
+@contextlib.contextmanager
+def operator_instead(
+    module_operator: OperatorProcess, tb: cluster.Testbed, log_dir: Path, *args: str
+) -> Iterator[OperatorProcess]:
+    """An operator with `args` in place of the module's (two would fight over the same jobs), for one test."""
+    module_operator.stop()
+    proc = OperatorProcess(tb.kubeconfig, log_dir, args)
     proc.start()
     try:
         yield proc
     finally:
         proc.stop()
-        rn_operator.start()
+        module_operator.start()
 
 
 async def test_cluster_domain_and_launcher_as_worker(
@@ -393,14 +403,8 @@ def gang_operator(
     except TestbedError as err:
         cannot_run(f"the coscheduling scheduler could not be built: {err}")
     cluster.start_extras((extras.COSCHEDULING,), tb.state_dir, echo=print)
-    rn_operator.stop()
-    proc = OperatorProcess(tb.kubeconfig, tmp_path, ("--gang-scheduling", extras.COSCHEDULING_SCHEDULER_NAME))
-    proc.start()
-    try:
+    with operator_instead(rn_operator, tb, tmp_path, "--gang-scheduling", extras.COSCHEDULING_SCHEDULER_NAME) as proc:
         yield proc
-    finally:
-        proc.stop()
-        rn_operator.start()
 
 
 async def test_gang_scheduling_holds_every_pod_until_the_gang_fits_then_pi_runs(
