@@ -12,18 +12,13 @@ from pathlib import Path
 from mpijob.api import constants as c
 from mpijob.planner import discovery
 
-from .builders import elastic, hosts_in, mpijob
+from .builders import hosts_in
+from .test_discovery_channel import _running_world
 from .world import World
 
 
-def _world(workers: int = 3) -> World:
-    world = World(placement=["node-1", "node-2"])
-    world.add_nodes("node-1", "node-2")
-    world.add(mpijob(workers=workers, elastic_policy=elastic(1, 8, grace=30)))
-    world.settle("pi")
-    world.start_launcher("pi")
-    world.settle("pi")
-    return world
+def _world() -> World:
+    return _running_world(workers=3)
 
 
 def test_a_running_worker_is_listed_only_once_it_is_ready() -> None:
