@@ -469,6 +469,92 @@ async def test_launcher_on_the_real_node_stops_listing_a_tainted_nodes_workers_t
     assert figures["source"].startswith(source), figures
 
 
+HELD_BACK = re.compile(r"^held back: (\S+):\d+ \((.*)\)$")
+
+
+def held_back_lines(log: str) -> list[tuple[float, str, str]]:
+    """(run time, host name, why) of every host the launcher's discover_hosts.sh held back."""
+    out, at = [], 0.0
+    for line in log.splitlines():
+        if line.startswith("@ "):
+            at = float(line[2:])
+        elif match := HELD_BACK.match(line.strip()):
+            out.append((at, match.group(1).split(".", 1)[0], match.group(2)))
+    return out
+
+
+async def test_a_reused_worker_name_is_held_back_while_cluster_dns_still_answers_with_the_old_pod(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]], rn_api: ApiClient, rn_kube: Kube, rn_operator: OperatorProcess
+) -> None:
+    """The launcher (on the real node, resolving through CoreDNS with `cache 30`) runs discover_hosts.sh every
+    second, so each worker's A record is in CoreDNS's cache. A worker pod lost and recreated under the same
+    name (the lowest free index) has a new IP while DNS still answers with the old one: the script holds the
+    name back, saying so, and prints it only from the run at which DNS answers with the new pod's address."""
+    tb, kube, api = real_testbed[0], rn_kube, rn_api
+    nodes = [f"rn-{kube.ns.rsplit('-', 1)[-1]}-r"]
+    for n in nodes:
+        await create_node(api, n)
+    try:
+        job = "reuse"
+        body = elastic_job_on_real_launcher(job, nodes, workers=2)
+        # Replace: a lost worker comes back under its own name (the lowest free index), replicas unchanged.
+        body["spec"]["elasticPolicy"]["nodeTerminationPolicy"] = "Replace"
+        await kube.create(body)
+
+        async def launcher_sees_both() -> str | None:
+            running = [p for p in await _pods(kube, c.ROLE_LAUNCHER) if p.get("status", {}).get("phase") == "Running"]
+            if not running:
+                return None
+            name = str(running[0]["metadata"]["name"])
+            views = launcher_views(kubectl(tb, "-n", kube.ns, "logs", name))
+            return name if views and len(views[-1].hosts) == 2 else None
+
+        launcher = await eventually(launcher_sees_both, within=180, what="the launcher listing both workers")
+        victim = c.worker_name(job, 1)
+        old = (await kube.get("v1", "Pod", victim)) or {}
+        old_uid, old_ip = old["metadata"]["uid"], old["status"]["podIP"]
+        # New workers go to the real node: kwok hands its freed address out again, so a replacement on a kwok
+        # node would get the old IP back (nothing for DNS to get wrong); real-1's CNI gives it a 10.250.0.x one.
+        real = {
+            **ON_REAL_NODE,
+            "affinity": None,
+            "topologySpreadConstraints": None,
+            "containers": [
+                {"name": "worker", "image": realnode.LAUNCHER_IMAGE, "imagePullPolicy": "Never",
+                 "command": ["sleep", "3600"]}
+            ],
+        }  # fmt: skip
+        await kube.patch_job(job, {"spec": {"mpiReplicaSpecs": {"Worker": {"template": {"spec": real}}}}})
+        await asyncio.sleep(2)  # a few more runs: the record is cached
+        lost = time.time()
+        await kube.delete("v1", "Pod", victim, grace=0)
+
+        async def replaced() -> Obj | None:
+            pod = await kube.get("v1", "Pod", victim)
+            ok = pod and pod["metadata"]["uid"] != old_uid and pod["status"].get("podIP")
+            return pod if ok else None
+
+        new = await eventually(replaced, within=60, what=f"{victim} recreated with an IP")
+        new_ip = new["status"]["podIP"]
+        assert new_ip != old_ip, "kwok gave the new pod the old address: nothing to tell apart"
+
+        async def listed_again() -> tuple[float, list[View]] | None:
+            views = launcher_views(kubectl(tb, "-n", kube.ns, "logs", launcher))
+            back = [v.at for v in views if v.at > lost and victim in v.hosts]
+            return (back[0], views) if back else None
+
+        first_listed, _ = await eventually(listed_again, within=90, interval=1, what=f"{victim} listed again")
+        held = [(at, why) for at, host, why in held_back_lines(kubectl(tb, "-n", kube.ns, "logs", launcher))
+                if host == victim and at > lost]  # fmt: skip
+        stale = [at for at, why in held if f"DNS answers {old_ip}, the pod is {new_ip}" in why]
+        assert stale, f"no run held {victim} back for the old address {old_ip}: {held}"
+        assert all(at < first_listed for at, _ in held), (held, first_listed)
+        record(reused_name_held_back={"seconds": round(first_listed - stale[0], 1), "runs": len(held)})
+    finally:
+        for n in nodes:
+            await delete_node(api, n)
+
+
 async def test_a_configmap_volume_alone_waits_for_the_kubelets_periodic_resync_and_an_annotation_change_ends_it(
     real_testbed: tuple[cluster.Testbed, dict[str, Any]], rn_kube: Kube
 ) -> None:
