@@ -387,6 +387,21 @@ async def _pods(kube: Kube, role: str) -> list[Obj]:
     return items
 
 
+async def launcher_listing(tb: cluster.Testbed, kube: Kube, count: int) -> str:
+    """The running launcher pod's name, once its own discover_hosts.sh runs list `count` workers."""
+
+    async def listing() -> str | None:
+        running = [p for p in await _pods(kube, c.ROLE_LAUNCHER) if p.get("status", {}).get("phase") == "Running"]
+        if not running:
+            return None
+        name = str(running[0]["metadata"]["name"])
+        views = launcher_views(kubectl(tb, "-n", kube.ns, "logs", name))
+        return name if views and len(views[-1].hosts) == count else None
+
+    found: str = await eventually(listing, within=180, what=f"the launcher listing {count} workers")
+    return found
+
+
 async def taint_and_watch_launcher(
     tb: cluster.Testbed, api: ApiClient, kube: Kube, *, discovery: str, env: list[Obj] | None, within: float
 ) -> dict[str, Any]:
@@ -400,15 +415,7 @@ async def taint_and_watch_launcher(
         job = "seed"
         await kube.create(elastic_job_on_real_launcher(job, nodes, discovery=discovery, env=env))
 
-        async def launcher_sees_all() -> str | None:
-            running = [p for p in await _pods(kube, c.ROLE_LAUNCHER) if p.get("status", {}).get("phase") == "Running"]
-            if not running:
-                return None
-            name = str(running[0]["metadata"]["name"])
-            views = launcher_views(kubectl(tb, "-n", kube.ns, "logs", name))
-            return name if views and len(views[-1].hosts) == 4 else None
-
-        launcher = await eventually(launcher_sees_all, within=180, what="the launcher listing 4 workers")
+        launcher = await launcher_listing(tb, kube, 4)
         workers = await _pods(kube, c.ROLE_WORKER)
         victims = sorted(p["metadata"]["name"] for p in workers if p["spec"].get("nodeName") == nodes[1])
         keepers = sorted(p["metadata"]["name"] for p in workers if p["spec"].get("nodeName") == nodes[0])
@@ -501,15 +508,7 @@ async def test_a_reused_worker_name_is_held_back_while_cluster_dns_still_answers
         body["spec"]["elasticPolicy"]["nodeTerminationPolicy"] = "Replace"
         await kube.create(body)
 
-        async def launcher_sees_both() -> str | None:
-            running = [p for p in await _pods(kube, c.ROLE_LAUNCHER) if p.get("status", {}).get("phase") == "Running"]
-            if not running:
-                return None
-            name = str(running[0]["metadata"]["name"])
-            views = launcher_views(kubectl(tb, "-n", kube.ns, "logs", name))
-            return name if views and len(views[-1].hosts) == 2 else None
-
-        launcher = await eventually(launcher_sees_both, within=180, what="the launcher listing both workers")
+        launcher = await launcher_listing(tb, kube, 2)
         victim = c.worker_name(job, 1)
         old = (await kube.get("v1", "Pod", victim)) or {}
         old_uid, old_ip = old["metadata"]["uid"], old["status"]["podIP"]
