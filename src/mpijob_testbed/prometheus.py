@@ -37,6 +37,9 @@ ENV_HELM_BIN = "MPIJOB_HELM_BIN"
 NAME = "prometheus"
 JOB = "mpijob-operator"  # the scrape job's name (the Prometheus operator would say serviceMonitor/<ns>/<name>/0)
 CHART = Path("deploy") / "helm" / "mpijob-operator"
+# The chart checks its kubeVersion; helm template without a cluster assumes an old one. The testbed's own
+# (testbed/build.sh builds k8s.io/kubernetes v1.37.2).
+KUBE_VERSION = "1.37.2"
 # How often rules are evaluated on the testbed. Not in the ServiceMonitor (a Prometheus CR's evaluationInterval
 # in a cluster); shorter than the scrape so a test sees an alert soon after the sample that fires it.
 EVALUATION_INTERVAL = "5s"
@@ -104,7 +107,8 @@ def chart_endpoint() -> ScrapeEndpoint:
     helm = helm_binary()
     if not helm.exists():
         raise TestbedError(f"{helm} is missing (the scrape job is read off the chart): run `make helm`")
-    argv = [str(helm), "template", "r", str(repo_root() / CHART), "--set", "metrics.serviceMonitor.enabled=true"]
+    argv = [str(helm), "template", "r", str(repo_root() / CHART), "--kube-version", KUBE_VERSION]
+    argv += ["--set", "metrics.serviceMonitor.enabled=true"]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise TestbedError(f"helm template failed: {proc.stderr.strip()}")

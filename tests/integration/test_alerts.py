@@ -89,7 +89,7 @@ def test_promtool_fails_the_rule_tests_when_an_alert_fires_too_early(tmp_path: P
 
 
 @pytest.fixture(scope="module")
-def prometheus(testbed: cluster.Testbed | None, running_operator: OperatorProcess) -> Iterator[Layout]:
+def prometheus(testbed: cluster.Testbed | None, operator: OperatorProcess) -> Iterator[Layout]:
     """The testbed's Prometheus, scraping the session's operator process; the rules variant loaded only once
     the operator has been scraped (an empty TSDB would say "no leader")."""
     if testbed is None:
@@ -100,7 +100,7 @@ def prometheus(testbed: cluster.Testbed | None, running_operator: OperatorProces
         cannot_run(f"prometheus could not be built: {err}")
     cluster.start_extras((extras.PROMETHEUS,), testbed.state_dir, echo=_echo)
     layout = Layout(testbed.state_dir)
-    prom.add_target(layout, "operator", f"127.0.0.1:{running_operator.metrics_port}")
+    prom.add_target(layout, "operator", f"127.0.0.1:{operator.metrics_port}")
     try:
         yield layout
     finally:
