@@ -126,7 +126,15 @@ def firing(layout: Layout) -> dict[str, list[dict[str, Any]]]:
 
 def panel_queries() -> list[tuple[str, str]]:
     dashboard = json.loads(DASHBOARD.read_text())
-    return [(p["title"], t["expr"]) for p in dashboard["panels"] for t in p["targets"]]
+    queries = [(p["title"], t["expr"]) for p in dashboard["panels"] for t in p["targets"]]
+    return queries + [("docs/operations.md", q) for q in doc_queries()]
+
+
+def doc_queries() -> list[str]:
+    """The lines of docs/operations.md's promql blocks: the queries it tells people to run."""
+    text = (REPO / "docs/operations.md").read_text()
+    blocks = re.findall(r"```promql\n(.*?)```", text, flags=re.S)
+    return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
 
 
 async def test_spot_interruption_below_min_replicas_fires_its_alert_only_and_every_dashboard_query_answers(
