@@ -132,7 +132,7 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
             if len(items) != jobs or any((j.get("status") or {}).get("state") != "Running" for j in items):
                 return False
             cms = (await kube.get(collection_path("v1", "ConfigMap", ns))).get("items") or []
-            full = [cm for cm in cms if len(listed_hosts(cm.get("data") or {})) == workers]
+            full = [cm for cm in cms if len(listed_hosts(cm.get("data") or {}) or []) == workers]
             pods = (await kube.get(collection_path("v1", "Pod", ns))).get("items") or []
             launchers = [
                 p
@@ -188,7 +188,7 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
                 job = job_of(obj)
                 if job not in victims or job in seen:
                     continue
-                names = {h.split(".", 1)[0] for h in listed_hosts({c.DISCOVERED_HOSTS_KEY: text_of(obj)})}
+                names = {h.split(".", 1)[0] for h in listed_hosts({c.DISCOVERED_HOSTS_KEY: text_of(obj)}) or []}
                 if names and not names & victims[job]:
                     seen[job] = at - tainted
             return seen
