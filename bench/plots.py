@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ def latency_cdf(series: Mapping[str, Sequence[float]], *, title: str, xlabel: st
     ax.set_ylim(0, 1.02)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("fraction of jobs")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(textwrap.fill(title, 80), fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
@@ -54,13 +55,18 @@ def latency_cdf(series: Mapping[str, Sequence[float]], *, title: str, xlabel: st
     return path
 
 
-def count_over_time(times: Sequence[float], start: int, step: int) -> tuple[list[float], list[int]]:
+def count_over_time(
+    times: Sequence[float], start: int, step: int, end: float | None = None
+) -> tuple[list[float], list[int]]:
     """A count that starts at `start` and moves by `step` at each of `times` (seconds since t0), as step
-    points from 0 to the last time."""
+    points from 0 to the last time (or to `end`, held at the last count)."""
     xs, ys, count = [0.0], [start], start
     for t in sorted(times):
         count += step
         xs.append(t)
+        ys.append(count)
+    if end is not None and end > xs[-1]:
+        xs.append(end)
         ys.append(count)
     return xs, ys
 
@@ -72,15 +78,17 @@ def scale_in_timeline(
     given as (event times, starting count, step per event)."""
     fig, axes = plt.subplots(1, len(panels), figsize=(SIZE[0] * 1.5, SIZE[1]), dpi=DPI, sharey=True, squeeze=False)
     for ax, (name, lines) in zip(axes[0], panels.items(), strict=True):
+        # Every line of a panel runs to the panel's last event, so a count that stopped moving stays visible.
+        end = max((t for times, _, _ in lines.values() for t in times), default=0.0) * 1.03
         for label, (times, start, step) in lines.items():
-            xs, ys = count_over_time(times, start, step)
+            xs, ys = count_over_time(times, start, step, end)
             ax.step(xs, ys, where="post", label=label)
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("seconds since the scale-in")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     axes[0][0].set_ylabel("count")
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(textwrap.fill(title, 120), fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

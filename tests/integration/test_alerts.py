@@ -2,7 +2,7 @@
 testbed/prometheus/build.sh): `promtool test rules` on the shipped rules, then on the testbed a Prometheus
 (`--with prometheus`) scraping the real operator process as the chart's ServiceMonitor says, through a real
 spot interruption on kwok nodes that takes an elastic job below its minReplicas. The alert for that fires,
-the others stay quiet, and every dashboard query answers."""
+the others stay quiet, every dashboard query answers, and `mpijob history` tells both interruptions."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from cannot_run import cannot_run
 from kube import Kube, eventually
 from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess
-from test_elastic import HOSTNAME, elastic_job, node_of, own_nodes, start_job, wait_gone, wait_job
+from test_elastic import HOSTNAME, elastic_job, mpijob_cli, node_of, own_nodes, start_job, wait_gone, wait_job
 
 from mpijob_testbed import SPOT_ITN_TAINT, cluster, extras, taint_node
 from mpijob_testbed import prometheus as prom
@@ -138,7 +138,7 @@ def doc_queries() -> list[str]:
 
 
 async def test_spot_interruption_below_min_replicas_fires_its_alert_only_and_every_dashboard_query_answers(
-    kube: Kube, api: ApiClient, prometheus: Layout, running_operator: OperatorProcess
+    kube: Kube, api: ApiClient, kubeconfig: Path, prometheus: Layout, running_operator: OperatorProcess
 ) -> None:
     layout = prometheus
     # Scraped as the chart's ServiceMonitor says.
@@ -191,6 +191,18 @@ async def test_spot_interruption_below_min_replicas_fires_its_alert_only_and_eve
         assert float(below["value"]) >= 1
 
         answers, pending = await _evaluate_panels(layout, running_operator)
+        # The same interruptions from the user's side: `mpijob history` (what kubectl mpijob history runs).
+        args = ("history", name, "-n", kube.ns, "--kubeconfig", str(kubeconfig))
+        code, text = await mpijob_cli(*args)
+        assert code == 0, text
+        _echo(f"[history]\n{text}")
+        code, doc = await mpijob_cli(*args, "-o", "json")
+        assert code == 0, doc
+        shrinks = [e for e in json.loads(doc)["history"] if e["kind"] == "shrink"]
+        assert [(e["reason"], e["signal"]) for e in shrinks] == [("NodeTerminating", f"taint {SPOT_ITN_TAINT}")] * 2
+        for entry, node in zip(shrinks, (node_b, node_c), strict=True):
+            assert sorted(entry["workers"]) == sorted(p["metadata"]["name"] for p in pods if node_of(p) == node)
+            assert node in entry["message"]
     for title, expr, result in answers:
         _echo(f"[dashboard] {title}: {expr} -> {result}")
     if pending:

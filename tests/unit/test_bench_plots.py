@@ -18,6 +18,7 @@ def test_the_cdf_steps_through_every_value_to_one() -> None:
 
 def test_a_count_over_time_moves_by_its_step_at_each_event_in_time_order() -> None:
     assert plots.count_over_time([2.0, 0.5], start=4, step=-1) == ([0.0, 0.5, 2.0], [4, 3, 2])
+    assert plots.count_over_time([2.0], start=0, step=1, end=5.0) == ([0.0, 2.0, 5.0], [0, 1, 1])
 
 
 def test_compare_plots_are_small_pngs_of_both_operators(tmp_path: Path) -> None:
