@@ -76,6 +76,10 @@ def _job(name: str, workers: int, worker_nodes: list[str], launcher_node: str) -
     }
 
 
+def _annotation(pod: dict[str, Any]) -> str:
+    return str((pod["metadata"].get("annotations") or {}).get(c.ANNOTATION_DISCOVERED_HOSTS, ""))
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
@@ -134,12 +138,13 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
             cms = (await kube.get(collection_path("v1", "ConfigMap", ns))).get("items") or []
             full = [cm for cm in cms if len(listed_hosts(cm.get("data") or {}) or []) == workers]
             pods = (await kube.get(collection_path("v1", "Pod", ns))).get("items") or []
+            # The annotation carries the list and, since the cluster-DNS work, one `# address` line per host:
+            # count the listed hosts, not the lines.
             launchers = [
                 p
                 for p in pods
                 if p["metadata"]["labels"].get(c.LABEL_JOB_ROLE) == c.ROLE_LAUNCHER
-                and (p["metadata"].get("annotations") or {}).get(c.ANNOTATION_DISCOVERED_HOSTS, "").count("\n")
-                == workers + 1
+                and len(listed_hosts({c.DISCOVERED_HOSTS_KEY: _annotation(p)}) or []) == workers
             ]
             return len(full) == jobs and len(launchers) == jobs
 
