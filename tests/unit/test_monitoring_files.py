@@ -62,10 +62,14 @@ def test_every_alert_has_a_firing_and_a_quiet_promtool_case() -> None:
         assert any(not c["exp_alerts"] for c in mine), f"{rule['alert']}: no case where it stays quiet"
 
 
-def test_every_alert_has_a_severity_a_summary_a_description_and_a_for() -> None:
+def test_every_alert_has_a_severity_a_summary_a_description_a_runbook_and_a_for() -> None:
+    runbook = (REPO / "docs/operations.md").read_text()
+    assert "\n## Alerts\n" in runbook
     for rule in rules():
         assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
         assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule["alert"]
+        assert rule["annotations"]["runbook_url"].endswith("/docs/operations.md#alerts"), rule["alert"]
+        assert f"| `{rule['alert']}` |" in runbook, f"{rule['alert']} is not in docs/operations.md's alert table"
         assert "for" in rule, rule["alert"]
 
 
