@@ -69,7 +69,8 @@ def test_every_alert_has_a_severity_a_summary_a_description_a_runbook_and_a_for(
         assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
         assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule["alert"]
         assert rule["annotations"]["runbook_url"].endswith("/docs/operations.md#alerts"), rule["alert"]
-        assert f"| `{rule['alert']}` |" in runbook, f"{rule['alert']} is not in docs/operations.md's alert table"
+        row = f"| `{rule['alert']}` | {rule['labels']['severity']} | `{rule['expr']}` | {rule['for']} |"
+        assert row in runbook, f"docs/operations.md's alert table does not say: {row}"
         assert "for" in rule, rule["alert"]
 
 
