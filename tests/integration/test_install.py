@@ -263,6 +263,21 @@ async def test_helm_chart_with_alerts_dashboard_and_service_monitor_installs_aga
     for path in crds:
         name = docs(path.read_text())[0]["metadata"]["name"]
         await kubectl(kubeconfig, "wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    # The whole chart with everything on passes the API server's validation (a dry run: the operator's
+    # Deployment, RBAC... are the other tests' business)...
+    whole = tmp_path / "whole.yaml"
+    whole.write_text(
+        helm(
+            "template", "r", str(CHART), "-n", kube.ns, "--kube-version", KUBE_VERSION, *MONITORING,
+            "--set", "metrics.serviceMonitor.enabled=true",
+        )
+    )  # fmt: skip
+    _, out = await kubectl(
+        kubeconfig, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", str(whole)
+    )
+    for what in ("deployment.apps/mpijob-operator", "prometheusrule.monitoring.coreos.com/mpijob-operator"):
+        assert f"{what} serverside-applied (server dry run)" in out, out
+    # ...and its monitoring objects are applied for real.
     rendered = helm(
         "template", "r", str(CHART), "-n", kube.ns, "--kube-version", KUBE_VERSION, *MONITORING,
         "--set", "metrics.serviceMonitor.enabled=true",
