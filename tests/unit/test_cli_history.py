@@ -37,24 +37,23 @@ def test_a_spot_interruption_shows_as_a_shrink_by_that_taint_naming_exactly_the_
     world.settle("pi")
     on_node_2 = sorted(n for n in world.worker_names("pi") if world.pod(n)["spec"]["nodeName"] == "node-2")
     assert len(on_node_2) == 2
-    created = len(world.events)
 
     world.taint("node-2", SPOT_TAINT)
     world.settle("pi")
     job = world.job("pi")
     entries = history(job, _as_events(world, job), world.pods())
 
-    grows = [e for e in entries[:created] if e.kind == "grow"]
-    assert sorted(w for e in grows for w in e.workers) == sorted(f"pi-worker-{i}" for i in range(4))
-    [shrink] = [e for e in entries if e.kind == "shrink"]
+    # (With regrow, issue 19, more follows: probes, their own shrink on the still-tainted node, Regrown.)
+    first_grow = next(e for e in entries if e.kind == "grow")
+    assert sorted(first_grow.workers) == sorted(f"pi-worker-{i}" for i in range(4))
+    shrink = next(e for e in entries if e.kind == "shrink")
     assert shrink.reason == "NodeTerminating"
     assert shrink.signal == f"taint {SPOT_TAINT}"
     assert sorted(shrink.workers) == on_node_2
-    deleted = [e for e in entries if e.reason == "SuccessfulDeletePod"]
-    assert {w for e in deleted for w in e.workers} == set(on_node_2)
-    assert {e.signal for e in deleted} == {"leaving the job"}
-    removed = {w for e in entries if e.kind == "removed" for w in e.workers}
-    assert removed == set(on_node_2)
+    deleted = next(e for e in entries if e.reason == "SuccessfulDeletePod")
+    assert (sorted(deleted.workers), deleted.signal) == (on_node_2, "leaving the job")
+    removed = next(e for e in entries if e.reason == "WorkerRemoved")
+    assert sorted(removed.workers) == on_node_2
     assert [e.time for e in entries] == sorted(e.time for e in entries)
     text = table(entries)
     assert text.splitlines()[0].split() == ["TIME", "WHAT", "SIGNAL", "WORKERS"]
