@@ -18,10 +18,21 @@ from typing import Any
 import pytest
 import yaml
 from cannot_run import cannot_run
-from kube import Kube, eventually
+from kube import Kube, eventually, live
 from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess
-from test_elastic import HOSTNAME, elastic_job, mpijob_cli, node_of, own_nodes, start_job, wait_gone, wait_job
+from test_elastic import (
+    HOSTNAME,
+    all_running_live,
+    elastic_job,
+    mpijob_cli,
+    node_of,
+    own_nodes,
+    start_job,
+    wait_gone,
+    wait_job,
+    wait_workers,
+)
 
 from mpijob.api.models import ElasticPolicy
 from mpijob_testbed import SPOT_ITN_TAINT, cluster, extras, taint_node
@@ -163,7 +174,10 @@ async def test_spot_interruption_below_min_replicas_fires_its_alert_only_and_eve
     signal = f"taint:{SPOT_ITN_TAINT}"
     name = "alerts"
     async with own_nodes(api, kube, "a", "b", "c", spot=("b", "c")) as (node_a, node_b, node_c):
-        body = elastic_job(name, [node_b, node_c], workers=4, min_replicas=2, grace=2)
+        # With the regrow code (issue 19), regrow on (elastic_job turns it off): after b the job grows back on c,
+        # and after c its probes wait for a node; a probe timeout longer than the test keeps it out of backoff.
+        regrow = {"regrow": {"enabled": True, "probeTimeoutSeconds": 3600}} if REGROW else {}
+        body = elastic_job(name, [node_b, node_c], workers=4, min_replicas=2, grace=2, **regrow)
         body["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["nodeSelector"] = {HOSTNAME: node_a}
         pods = await start_job(kube, body, [node_b, node_c])
         # 1. b's spot interruption: its two workers leave, the job holds its floor (2 of minReplicas 2).
@@ -178,9 +192,12 @@ async def test_spot_interruption_below_min_replicas_fires_its_alert_only_and_eve
         )
         quiet = firing(layout)
         assert not quiet, f"alerts firing before the job went below its floor: {sorted(quiet)}"
+        if REGROW:
+            await wait_workers(kube, name, all_running_live(4), "grown back to 4 workers on node c", within=180)
+        on_c = sorted(p["metadata"]["name"] for p in live(await kube.workers(name)) if node_of(p) == node_c)
         # 2. c's too: its workers go at once, their replacements have nowhere to run -> BelowMinReplicas.
         await taint_node(api, node_c, SPOT_ITN_TAINT, effect="NoSchedule")
-        await wait_gone(kube, name, [p["metadata"]["name"] for p in pods if node_of(p) == node_c])
+        await wait_gone(kube, name, on_c)
         await wait_job(kube, name, _below_min, "condition BelowMinReplicas=True")
 
         alerts = await eventually(
@@ -192,10 +209,6 @@ async def test_spot_interruption_below_min_replicas_fires_its_alert_only_and_eve
         assert below["state"] == "firing" and below["labels"]["severity"] == "warning"
         assert float(below["value"]) >= 1
 
-        if REGROW:
-            # Regrow on, now that the alerts are checked (elastic_job turns it off): the job is below its target
-            # with nowhere to grow, so probes are created and time out, which the regrow panel shows.
-            await kube.patch_job(name, {"spec": {"elasticPolicy": {"regrow": {"enabled": True}}}})
         answers, pending = await _evaluate_panels(layout)
         # The same interruptions from the user's side: `mpijob history` (what kubectl mpijob history runs).
         args = ("history", name, "-n", kube.ns, "--kubeconfig", str(kubeconfig))
@@ -206,8 +219,9 @@ async def test_spot_interruption_below_min_replicas_fires_its_alert_only_and_eve
         assert code == 0, doc
         shrinks = [e for e in json.loads(doc)["history"] if e["kind"] == "shrink"]
         assert [(e["reason"], e["signal"]) for e in shrinks] == [("NodeTerminating", f"taint {SPOT_ITN_TAINT}")] * 2
-        for entry, node in zip(shrinks, (node_b, node_c), strict=True):
-            assert sorted(entry["workers"]) == sorted(p["metadata"]["name"] for p in pods if node_of(p) == node)
+        on_b = sorted(p["metadata"]["name"] for p in pods if node_of(p) == node_b)
+        for entry, node, victims in zip(shrinks, (node_b, node_c), (on_b, on_c), strict=True):
+            assert sorted(entry["workers"]) == victims, (entry, victims)
             assert node in entry["message"]
     for title, expr, result in answers:
         _echo(f"[dashboard] {title}: {expr} -> {result}")

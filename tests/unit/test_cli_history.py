@@ -23,6 +23,7 @@ def _as_events(world: World, job: dict[str, Any]) -> list[dict[str, Any]]:
             "message": e.message,
             "type": e.type,
             "lastTimestamp": (start + timedelta(seconds=i)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "metadata": {"resourceVersion": str(100 + i)},
         }
         for i, e in enumerate(world.events)
     ]
@@ -116,3 +117,16 @@ def test_worker_names_and_signals_are_read_from_the_messages_the_planner_writes(
     two = "Deleted pod pi-worker-1: leaving the job; Deleted pod pi-worker-3: leaving the job"
     assert signal_of("SuccessfulDeletePod", two) == "leaving the job"
     assert signal_of("WorkerLost", "workers pi-worker-1 were removed by someone else; ...") == "worker-lost"
+
+
+def test_events_of_one_second_are_shown_in_the_order_they_were_written() -> None:
+    job = {"metadata": {"name": "pi", "uid": "u"}}
+    involved = {"kind": "MPIJob", "name": "pi", "uid": "u"}
+    same = "2026-12-01T12:00:00Z"
+    events = [  # as the API lists them: by name, a random suffix, not by time
+        {"involvedObject": involved, "reason": "WorkerRemoved", "message": "workers pi-worker-1 are gone",
+         "lastTimestamp": same, "metadata": {"resourceVersion": "30"}},
+        {"involvedObject": involved, "reason": "NodeTerminating", "message": "node n is terminating (taint k): "
+         "workers pi-worker-1: scaling in", "lastTimestamp": same, "metadata": {"resourceVersion": "12"}},
+    ]  # fmt: skip
+    assert [e.reason for e in history(job, events, [])] == ["NodeTerminating", "WorkerRemoved"]

@@ -77,7 +77,7 @@ def history(job: dict[str, Any], events: list[dict[str, Any]], pods: list[dict[s
     """The job's elastic history, oldest first."""
     name = str(job["metadata"]["name"])
     uid = job["metadata"].get("uid")
-    out: list[Entry] = []
+    out: list[tuple[str, int, Entry]] = []  # (time, resourceVersion, entry): Events of one second in write order
     for event in events:
         involved = event.get("involvedObject") or {}
         if involved.get("kind") != "MPIJob" or involved.get("name") != name:
@@ -90,20 +90,20 @@ def history(job: dict[str, Any], events: list[dict[str, Any]], pods: list[dict[s
         # Pod creates and deletes of the launcher, Services... are no elastic history.
         if kind is None or (reason.startswith("Successful") and not workers):
             continue
-        out.append(Entry(_event_time(event), kind, reason, signal_of(reason, message), workers, message))
+        entry = Entry(_event_time(event), kind, reason, signal_of(reason, message), workers, message)
+        out.append((entry.time, _version(event), entry))
     for cond in (job.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "BelowMinReplicas" and cond.get("lastTransitionTime"):
             below = cond.get("status") == "True"
-            out.append(
-                Entry(
-                    str(cond["lastTransitionTime"]),
-                    "below-min" if below else "floor",
-                    f"BelowMinReplicas={cond.get('status')}",
-                    "",
-                    (),
-                    str(cond.get("message") or ""),
-                )
+            entry = Entry(
+                str(cond["lastTransitionTime"]),
+                "below-min" if below else "floor",
+                f"BelowMinReplicas={cond.get('status')}",
+                "",
+                (),
+                str(cond.get("message") or ""),
             )
+            out.append((entry.time, _version(job), entry))
     for pod in pods:
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         since = annotations.get(c.ANNOTATION_LEAVING_SINCE)
@@ -111,9 +111,15 @@ def history(job: dict[str, Any], events: list[dict[str, Any]], pods: list[dict[s
             reason = str(annotations.get(c.ANNOTATION_LEAVING_REASON) or "")
             worker = str(pod["metadata"]["name"])
             text = f"{worker} out of discovery, in its grace period"
-            out.append(Entry(str(since), "leaving", "leaving-since annotation", reason, (worker,), text))
-    # ISO-8601 UTC stamps sort as text; a stable sort keeps the order of one second's Events.
-    return sorted(out, key=lambda e: e.time)
+            entry = Entry(str(since), "leaving", "leaving-since annotation", reason, (worker,), text)
+            out.append((entry.time, _version(pod), entry))
+    # ISO-8601 UTC stamps sort as text; within one second, etcd's revision says what was written first.
+    return [entry for _, _, entry in sorted(out, key=lambda t: (t[0], t[1]))]
+
+
+def _version(obj: dict[str, Any]) -> int:
+    value = str((obj.get("metadata") or {}).get("resourceVersion") or "0")
+    return int(value) if value.isdigit() else 0
 
 
 def table(entries: list[Entry], wide: bool = False) -> str:
