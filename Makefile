@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration system-deps testbed testbed-node testbed-extras e2e helm bench compare crd docs bundle plugin-archive lock image clean chaos
+.PHONY: demo test lint unit integration system-deps testbed testbed-node testbed-extras testbed-prometheus chart-files e2e helm bench compare crd docs bundle plugin-archive lock image clean chaos
 TESTBED_BIN ?= $(or $(MPIJOB_TESTBED_BIN),.cache/testbed/bin)
 
 # The operator with its dev tools, and the development testbed (its own distribution: testbed/pyproject.toml).
@@ -41,6 +41,11 @@ e2e: system-deps $(STAMP) testbed
 testbed-extras:
 	bash testbed/extras/build.sh || { if [ "$$CI" = true ]; then echo "[extras] build failed (CI: the scheduling tests must run)"; exit 1; fi; echo "[extras] build failed; tests/integration/test_scheduling.py will skip"; }
 
+# Prometheus and promtool from their Go module, for tests/integration/test_alerts.py (the alert rules with
+# `promtool test rules`, the rules and the dashboard's queries on a real Prometheus). Same CI rule as above.
+testbed-prometheus:
+	bash testbed/prometheus/build.sh || { if [ "$$CI" = true ]; then echo "[prometheus] build failed (CI: the alert and dashboard tests must run)"; exit 1; fi; echo "[prometheus] build failed; tests/integration/test_alerts.py will skip"; }
+
 demo: system-deps $(STAMP) testbed
 	$(BIN)/mpijob-testbed demo
 
@@ -53,13 +58,13 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit -q
 
-integration: system-deps $(STAMP) testbed testbed-extras helm image
+integration: system-deps $(STAMP) testbed testbed-extras testbed-prometheus helm image
 	$(BIN)/pytest tests/integration -q
 
 # The whole suite: static checks, unit tests, then integration tests on a real local control plane. The
 # real-node tests, the Horovod scenario among them, build what they need through testbed/ scripts (cached in
 # ~/.cache/mpijob) and skip with the reason on a machine that cannot run a real node (not root, no apt).
-test: system-deps $(STAMP) testbed testbed-extras helm image lint
+test: system-deps $(STAMP) testbed testbed-extras testbed-prometheus helm image lint
 	$(BIN)/pytest tests -q -p no:cacheprovider
 
 # A long seeded chaos run (issue 8): operator SIGKILLs across scale-in, node termination and scale-out.
@@ -81,6 +86,10 @@ compare: $(STAMP) testbed
 crd: $(STAMP)
 	$(BIN)/mpijob crd > deploy/crd/kubeflow.org_mpijobs.yaml
 	cp deploy/crd/kubeflow.org_mpijobs.yaml deploy/helm/mpijob-operator/crds/
+
+# The chart's copies of the alert rules and the dashboard (tests/unit/test_monitoring_files.py checks them).
+chart-files:
+	cp deploy/prometheus/mpijob-alerts.yaml deploy/grafana/mpijob-dashboard.json deploy/helm/mpijob-operator/files/
 
 # Generated docs (a test fails when they drift from the models).
 docs: $(STAMP)

@@ -7,6 +7,7 @@ mpijob, each on a fresh testbed, with the same manifests and the same client set
     .venv/bin/python bench/compare.py --jobs 2 --idle 5  # the smoke test's size
     .venv/bin/python bench/compare.py --jobs 1250 --only mpijob --no-scale-in  # RSS with 10,000 worker pods
     make compare COMPARE_ARGS="--jobs 500"               # the same from a fresh clone (builds what it needs)
+    .venv/bin/python bench/compare.py --jobs 10 --idle 5 --plots docs/img   # + PNG plots of the scale-in
 
 What is measured, per operator (each a separate process, so /proc tells its own CPU and memory):
 - create -> every worker and launcher pod Running (the benchmark's own watch sees the last one);
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from plots import compare_plots
 
 from mpijob.api import constants as c
 from mpijob.executor.client import ApiError, Client
@@ -219,6 +221,7 @@ class View:
         self.listed: dict[str, set[str]] = {}  # job -> worker names in discover_hosts.sh now
         self.history: dict[str, list[tuple[int, set[str]]]] = {}  # job -> (resourceVersion, listed) versions
         self.terminated: dict[str, tuple[int, str]] = {}  # pod -> (resourceVersion first seen terminating, job)
+        self.deleted_at: dict[str, float] = {}  # pod -> monotonic time its DELETED event arrived
         self.changed = asyncio.Event()
 
     def on_pod(self, kind: str, obj: dict[str, Any]) -> None:
@@ -231,6 +234,7 @@ class View:
             self.running -= 1
         if kind == "DELETED":
             self.pods.pop(name, None)
+            self.deleted_at.setdefault(name, time.monotonic())
         else:
             self.pods[name] = (phase, terminating)
             if phase == "Running" and not terminating:
@@ -437,6 +441,11 @@ async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Name
         out["scale_in_discovery_s_max"] = max(delays) if len(delays) == len(names) else float("nan")
         victims = {f"{n}-worker-{i}" for n in names for i in range(kept, workers)}
         out["scale_in_victims"] = len(victims)
+        # Per job and per victim, for the plots (bench/plots.py), from the first patch.
+        first = min(patched.values())
+        out["_scale_in_delays"] = sorted(delays)
+        out["_scale_in_shown_at"] = sorted(t - first for t in shown.values())
+        out["_victims_deleted_at"] = sorted(view.deleted_at[v] - first for v in victims if v in view.deleted_at)
         out["victims_terminated_while_listed"] = len(view.listed_when_terminated(victims))
         await asyncio.sleep(args.settle)
         out["scale_in_cpu_s"] = cpu_seconds(pid) - cpu2
@@ -531,6 +540,7 @@ def main() -> int:
     parser.add_argument("--only", choices=("reference", "mpijob"), default=None)
     parser.add_argument("--keep", action="store_true", help="leave the testbeds running")
     parser.add_argument("--json", default=None, help="also write the raw figures here")
+    parser.add_argument("--plots", default=None, help="also write PNG plots of the scale-in into this directory")
     parser.add_argument("--profile", default=None, help="py-spy collapsed stacks of the mpijob operator to this file")
     parser.add_argument(
         "--tracemalloc",
@@ -555,6 +565,9 @@ def main() -> int:
     }
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
+    if args.plots:
+        for plot in compare_plots(results, Path(args.plots)):
+            print(f"plot: {plot}", file=sys.stderr)
     if len(results) == 2:
         print(table(results[0], results[1]))
     else:

@@ -10,6 +10,7 @@ launcher's own token (TokenRequest) to check the result from the launcher's side
 
     .venv/bin/python bench/discovery.py                     # defaults: --jobs 100 --workers 16 --nodes 8
     .venv/bin/python bench/discovery.py --jobs 20 --workers 4 --nodes 2
+    .venv/bin/python bench/discovery.py --jobs 20 --workers 4 --nodes 2 --plots docs/img   # + PNG plots
 
 Figures are from one run on a shared 2-core machine (API server, etcd, scheduler, kwok, the operator and
 this script all on it): read them as orders of magnitude.
@@ -31,6 +32,7 @@ from typing import Any
 
 from harness import finish, print_table, report_header, testbed_with_crd
 from kubernetes_asyncio.client import CoreV1Api
+from plots import discovery_plots
 
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
@@ -72,6 +74,10 @@ def _job(name: str, workers: int, worker_nodes: list[str], launcher_node: str) -
             },
         },
     }
+
+
+def _annotation(pod: dict[str, Any]) -> str:
+    return str((pod["metadata"].get("annotations") or {}).get(c.ANNOTATION_DISCOVERED_HOSTS, ""))
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -130,14 +136,15 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
             if len(items) != jobs or any((j.get("status") or {}).get("state") != "Running" for j in items):
                 return False
             cms = (await kube.get(collection_path("v1", "ConfigMap", ns))).get("items") or []
-            full = [cm for cm in cms if len(listed_hosts(cm.get("data") or {})) == workers]
+            full = [cm for cm in cms if len(listed_hosts(cm.get("data") or {}) or []) == workers]
             pods = (await kube.get(collection_path("v1", "Pod", ns))).get("items") or []
+            # The annotation carries the list and, since the cluster-DNS work, one `# address` line per host:
+            # count the listed hosts, not the lines.
             launchers = [
                 p
                 for p in pods
                 if p["metadata"]["labels"].get(c.LABEL_JOB_ROLE) == c.ROLE_LAUNCHER
-                and (p["metadata"].get("annotations") or {}).get(c.ANNOTATION_DISCOVERED_HOSTS, "").count("\n")
-                == workers + 1
+                and len(listed_hosts({c.DISCOVERED_HOSTS_KEY: _annotation(p)}) or []) == workers
             ]
             return len(full) == jobs and len(launchers) == jobs
 
@@ -186,7 +193,7 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
                 job = job_of(obj)
                 if job not in victims or job in seen:
                     continue
-                names = {h.split(".", 1)[0] for h in listed_hosts({c.DISCOVERED_HOSTS_KEY: text_of(obj)})}
+                names = {h.split(".", 1)[0] for h in listed_hosts({c.DISCOVERED_HOSTS_KEY: text_of(obj)}) or []}
                 if names and not names & victims[job]:
                     seen[job] = at - tainted
             return seen
@@ -211,6 +218,9 @@ async def bench(kubeconfig: Path, jobs: int, workers: int, nodes: int, log_dir: 
         await seconds_until(all_clean, what="every affected job's discovery updated", within=300, interval=0.1)
         api_times = list(first_clean(cm_stream, cm_job, cm_text).values())
         file_times = list(first_clean(launcher_stream, pod_job, pod_text).values())
+        # The per-job figures, for the plots (bench/plots.py); not in the table.
+        out["_taint_to_api_s"] = sorted(api_times)
+        out["_taint_to_annotation_s"] = sorted(file_times)
         for label, values in (("api", api_times), ("annotation", file_times)):
             out[f"taint_to_{label}_p50_s"] = round(statistics.median(values), 3)
             out[f"taint_to_{label}_p90_s"] = round(_percentile(values, 0.90), 3)
@@ -283,6 +293,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--dir", default=str(ROOT / ".cache" / "bench-testbed"))
     parser.add_argument("--json", default=None)
+    parser.add_argument("--plots", default=None, help="also write PNG plots (CDF, timeline) into this directory")
     args = parser.parse_args()
     report = report_header()
     with testbed_with_crd(args.dir, 0) as kubeconfig:
@@ -292,7 +303,10 @@ def main() -> int:
         f"## Node taint -> launcher discovery ({o['jobs']} elastic jobs x {o['workers_per_job']} workers over "
         f"{o['worker_nodes']} nodes, one node tainted, operator defaults)\n"
     )
-    print_table(o, round_floats=False)
+    print_table({k: v for k, v in o.items() if not k.startswith("_")}, round_floats=False)
+    if args.plots:
+        for path in discovery_plots(o, Path(args.plots)):
+            print(f"plot: {path}")
     return finish(report, args.json)
 
 

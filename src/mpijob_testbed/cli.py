@@ -106,8 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--with",
         dest="with_",
         default="",
-        help="opt-in scheduling components, comma-separated: kueue, coscheduling (built from their Go modules "
-        "by testbed/extras/build.sh on first use); volcano is not available here",
+        help="opt-in components, comma-separated: kueue, coscheduling (built from their Go modules by "
+        "testbed/extras/build.sh on first use), prometheus (testbed/prometheus/build.sh; scrapes the operator "
+        "as the chart's ServiceMonitor says); volcano is not available here",
     )
     p.add_argument(
         "--real-node",

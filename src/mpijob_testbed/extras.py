@@ -1,5 +1,6 @@
-"""Opt-in scheduling components of a testbed: Kueue's controller manager and the scheduler-plugins scheduler
-(coscheduling), built from their Go modules by testbed/extras/build.sh (`mpijob-testbed up --with ...`).
+"""Opt-in components of a testbed: Kueue's controller manager and the scheduler-plugins scheduler
+(coscheduling), built from their Go modules by testbed/extras/build.sh, and Prometheus, built by
+testbed/prometheus/build.sh (mpijob_testbed.prometheus) (`mpijob-testbed up --with ...`).
 
 They run as real processes next to the control plane, with their own CRDs read at run time from the
 downloaded module (never copied into this repository). Kueue's webhooks (admission and CRD conversion) are
@@ -24,6 +25,7 @@ import yaml
 
 from mpijob.api.crd import crd as mpijob_crd
 from mpijob_testbed import certs, processes
+from mpijob_testbed import prometheus as prom
 from mpijob_testbed.certs import Pki
 from mpijob_testbed.errors import TestbedError
 from mpijob_testbed.paths import Layout, repo_root
@@ -36,13 +38,14 @@ ENV_EXTRAS_BIN = "MPIJOB_TESTBED_EXTRAS_BIN"
 KUEUE = "kueue"
 COSCHEDULING = "coscheduling"
 VOLCANO = "volcano"
+PROMETHEUS = prom.NAME
 # What `--with` accepts, in start order.
-EXTRAS = (KUEUE, COSCHEDULING)
+EXTRAS = (KUEUE, COSCHEDULING, PROMETHEUS)
 # Why a component cannot be had here at all (asked for, it fails with this reason).
 UNAVAILABLE = {
     VOLCANO: "volcano.sh/volcano is not served by the Go module proxy this machine reaches (403 'not available')",
 }
-BINARY = {KUEUE: "kueue", COSCHEDULING: "scheduler-plugins-scheduler"}
+BINARY = {KUEUE: "kueue", COSCHEDULING: "scheduler-plugins-scheduler", PROMETHEUS: "prometheus"}
 # The schedulerName of the coscheduling profile (pass it to the operator's --gang-scheduling).
 COSCHEDULING_SCHEDULER_NAME = "scheduler-plugins-scheduler"
 KUEUE_NAMESPACE = "kueue-system"
@@ -77,8 +80,12 @@ def parse_with(value: str | Iterable[str] | None) -> tuple[str, ...]:
 
 
 def build(names: Iterable[str], *, echo: Echo = print) -> None:
-    """Run testbed/extras/build.sh for `names` (a no-op per binary when its stamp matches)."""
+    """Run testbed/extras/build.sh for `names` (a no-op per binary when its stamp matches), and
+    testbed/prometheus/build.sh for prometheus."""
     wanted = list(names)
+    if PROMETHEUS in wanted:
+        prom.build(echo=echo)
+        wanted.remove(PROMETHEUS)
     if not wanted:
         return
     script = repo_root() / "testbed" / "extras" / "build.sh"
@@ -374,6 +381,12 @@ def _start_coscheduling(layout: Layout, rest: Rest, bin_dir: Path, echo: Echo) -
     return Running(COSCHEDULING, pid, binary)
 
 
+def _start_prometheus(layout: Layout, rest: Rest, bin_dir: Path, echo: Echo) -> Running:
+    del rest, bin_dir  # it reads nothing from the API server; its binary is in its own directory
+    pid, binary = prom.start(layout, echo)
+    return Running(PROMETHEUS, pid, binary)
+
+
 def ensure(layout: Layout, rest: Rest, names: Iterable[str], *, echo: Echo = print) -> None:
     """Start whichever of `names` is not running yet (building it first when needed). The MPIJob CRD is
     installed first: Kueue's MPIJob integration starts only when the kind is served."""
@@ -389,7 +402,7 @@ def ensure(layout: Layout, rest: Rest, names: Iterable[str], *, echo: Echo = pri
     _apply_crds(rest, [mpijob_crd()])
     state = _load(layout)
     for name in todo:
-        starter = _start_kueue if name == KUEUE else _start_coscheduling
+        starter = {KUEUE: _start_kueue, COSCHEDULING: _start_coscheduling, PROMETHEUS: _start_prometheus}[name]
         done = starter(layout, rest, bin_dir, echo)
         state[name] = {"binary": str(done.binary)}
         _save(layout, state)

@@ -6,6 +6,7 @@ running job."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cannot_run import cannot_run
 from kube import Kube, eventually, has_condition, kubectl, live, mpijob
 
 from mpijob.api.crd import crd
@@ -206,3 +208,95 @@ async def test_helm_rendered_objects_are_accepted_by_the_api_server(
             kubeconfig, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", str(path)
         )
         assert "deployment.apps/mpijob-operator serverside-applied (server dry run)" in out, out
+
+
+RULES = REPO / "deploy/prometheus/mpijob-alerts.yaml"
+DASHBOARD = REPO / "deploy/grafana/mpijob-dashboard.json"
+MONITORING = ("--set", "alerts.enabled=true", "--set", "dashboard.enabled=true")
+
+
+def test_helm_chart_ships_the_alert_rules_and_the_dashboard_only_when_asked() -> None:
+    helm("lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION, *MONITORING)
+    default = by_kind(docs(helm("template", "r", str(CHART), "-n", "ops", "--kube-version", KUBE_VERSION)))
+    assert ("PrometheusRule", "mpijob-operator") not in default
+    assert ("ConfigMap", "mpijob-operator-dashboard") not in default
+
+    on = by_kind(
+        docs(
+            helm(
+                "template", "r", str(CHART), "-n", "ops", "--kube-version", KUBE_VERSION, *MONITORING,
+                "--set", "alerts.labels.release=kube-prometheus-stack",
+                "--set", "dashboard.namespace=monitoring", "--set", "dashboard.annotations.grafana_folder=MPI",
+            )
+        )
+    )  # fmt: skip
+    rule = on[("PrometheusRule", "mpijob-operator")]
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["spec"] == yaml.safe_load(RULES.read_text()), "the PrometheusRule is the rules file"
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    dashboard = on[("ConfigMap", "mpijob-operator-dashboard")]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["namespace"] == "monitoring"
+    assert dashboard["metadata"]["annotations"] == {"grafana_folder": "MPI"}
+    assert json.loads(dashboard["data"]["mpijob-dashboard.json"]) == json.loads(DASHBOARD.read_text())
+
+
+def _prometheus_operator_crds() -> list[Path]:
+    """The Prometheus operator's own CRDs, from its Go module (downloaded by testbed/prometheus/build.sh)."""
+    record = (
+        Path(os.environ.get("MPIJOB_PROMETHEUS_BIN", REPO / ".cache/testbed/prometheus")) / "prometheus-operator.module"
+    )
+    if not record.exists():
+        cannot_run(f"{record} missing: run `bash testbed/prometheus/build.sh` (make test does)")
+    crds = Path(record.read_text().strip()) / "example/prometheus-operator-crd"
+    return [crds / f"monitoring.coreos.com_{plural}.yaml" for plural in ("servicemonitors", "prometheusrules")]
+
+
+async def test_helm_chart_with_alerts_dashboard_and_service_monitor_installs_against_the_prometheus_operator_crds(
+    kube: Kube, kubeconfig: Path, tmp_path: Path
+) -> None:
+    # The Prometheus operator's CRDs validate (and prune by) their schemas: what is read back is what Prometheus
+    # would load. A real apply, not a dry run, into the test's namespace.
+    crds = _prometheus_operator_crds()
+    for path in crds:
+        await kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(path))
+    for path in crds:
+        name = docs(path.read_text())[0]["metadata"]["name"]
+        await kubectl(kubeconfig, "wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+    # The whole chart with everything on passes the API server's validation (a dry run: the operator's
+    # Deployment, RBAC... are the other tests' business)...
+    whole = tmp_path / "whole.yaml"
+    whole.write_text(
+        helm(
+            "template", "r", str(CHART), "-n", kube.ns, "--kube-version", KUBE_VERSION, *MONITORING,
+            "--set", "metrics.serviceMonitor.enabled=true",
+        )
+    )  # fmt: skip
+    _, out = await kubectl(
+        kubeconfig, "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", str(whole)
+    )
+    for what in ("deployment.apps/mpijob-operator", "prometheusrule.monitoring.coreos.com/mpijob-operator"):
+        assert f"{what} serverside-applied (server dry run)" in out, out
+    # ...and its monitoring objects are applied for real.
+    rendered = helm(
+        "template", "r", str(CHART), "-n", kube.ns, "--kube-version", KUBE_VERSION, *MONITORING,
+        "--set", "metrics.serviceMonitor.enabled=true",
+        "--show-only", "templates/monitoring.yaml", "--show-only", "templates/metrics.yaml",
+    )  # fmt: skip
+    path = tmp_path / "monitoring.yaml"
+    path.write_text(rendered)
+    _, out = await kubectl(kubeconfig, "apply", "--server-side", "-f", str(path))
+    for what in (
+        "prometheusrule.monitoring.coreos.com/mpijob-operator",
+        "servicemonitor.monitoring.coreos.com/mpijob-operator",
+        "configmap/mpijob-operator-dashboard",
+        "service/mpijob-operator-metrics",
+    ):
+        assert f"{what} serverside-applied" in out, out
+    base = f"/apis/monitoring.coreos.com/v1/namespaces/{kube.ns}"
+    served = await kube.client.get(f"{base}/prometheusrules/mpijob-operator")
+    assert served["spec"] == yaml.safe_load(RULES.read_text()), "the CRD pruned or changed a rule"
+    monitor = await kube.client.get(f"{base}/servicemonitors/mpijob-operator")
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+    cm = await kube.client.get(f"/api/v1/namespaces/{kube.ns}/configmaps/mpijob-operator-dashboard")
+    assert json.loads(cm["data"]["mpijob-dashboard.json"]) == json.loads(DASHBOARD.read_text())

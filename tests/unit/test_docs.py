@@ -49,3 +49,44 @@ def test_every_code_pointer_in_the_design_names_an_existing_function() -> None:
             assert found, f"docs/design.md points to {path}:{dotted}, which does not exist"
             node = found[0]
             scope = node.body if isinstance(node, ast.ClassDef) else []
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped (backticks too), spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    out = set()
+    in_code = False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        if in_code or not line.startswith("#"):
+            continue
+        slug = _slug(line.lstrip("#"))
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def test_every_relative_link_in_the_readme_and_docs_points_to_a_file_and_heading_that_exist() -> None:
+    broken = []
+    checked = 0
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # https:, mailto:
+            checked += 1
+            path_part, _, anchor = target.partition("#")
+            dest = (doc.parent / path_part).resolve() if path_part else doc
+            if not dest.exists():
+                broken.append(f"{doc.relative_to(REPO)}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                broken.append(f"{doc.relative_to(REPO)}: {target} (no such heading)")
+    assert checked > 20, checked  # the pattern still finds the links
+    assert not broken, "\n".join(broken)

@@ -11,7 +11,7 @@ from mpijob.api.models import API_VERSION
 from mpijob.planner.actions import Create, Delete, Emit, Patch
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime.cache import Cache
-from mpijob.runtime.metrics import Metrics, resource_of, signal_label
+from mpijob.runtime.metrics import Metrics, _JobStateCollector, resource_of, signal_label
 
 
 def _cache(pods: list[dict[str, Any]], jobs: tuple[tuple[str, str], ...] = ()) -> Cache:
@@ -165,3 +165,54 @@ def test_api_writes_are_counted_by_verb_resource_and_code_and_reads_are_not() ->
     assert _value(m, "mpijob_api_conflicts_total", verb="patch", resource="mpijobs") == 1
     assert _value(m, "mpijob_api_writes_total", verb="create", resource="pods", code="201") == 1
     assert b'verb="get"' not in generate_latest(m.registry)
+
+
+def _condition(kind: str, status: str = "True") -> dict[str, str]:
+    return {"type": kind, "status": status, "reason": "r", "message": "m"}
+
+
+def test_jobs_by_state_and_jobs_below_min_replicas_are_read_from_the_cache_at_scrape_time() -> None:
+    worker = _pod("running-below-worker-0", "n1") | {"metadata": {"name": "w0", "labels": {c.LABEL_JOB_ROLE: "worker"}}}
+    pending = {"metadata": {"name": "w1", "labels": {c.LABEL_JOB_ROLE: "worker"}}, "status": {}}
+    launcher = _pod("running-below-launcher", "n1") | {
+        "metadata": {"name": "l", "labels": {c.LABEL_JOB_ROLE: "launcher"}}
+    }
+    cache = _cache([worker, pending, launcher])
+    jobs = {
+        "running-below": [_condition("Created"), _condition("Running"), _condition("BelowMinReplicas")],
+        "running-held": [_condition("Created"), _condition("Running"), _condition("BelowMinReplicas", "False")],
+        "done": [_condition("Created"), _condition("Running", "False"), _condition("Succeeded")],
+        "new": [],
+    }
+    for name, conditions in jobs.items():
+        cache.indexes["mpijobs"][("ns", name)] = [{"metadata": {"name": name}, "status": {"conditions": conditions}}]
+    m = Metrics()
+    m.registry.register(_JobStateCollector(cache))
+
+    assert _value(m, "mpijob_elastic_jobs_below_min_replicas") == 1
+    assert _value(m, "mpijob_jobs", state="Running") == 2
+    assert _value(m, "mpijob_jobs", state="Succeeded") == 1
+    assert _value(m, "mpijob_jobs", state="Pending") == 1
+    assert _value(m, "mpijob_worker_pods", phase="Running") == 1  # the launcher is no worker
+    assert _value(m, "mpijob_worker_pods", phase="Pending") == 1
+    assert m.registry.get_sample_value("mpijob_jobs", {"state": "Failed"}) == 0  # present at 0, not absent
+
+    # At scrape time: the floor held again is seen by the next scrape, with no hook in between.
+    cache.indexes["mpijobs"][("ns", "running-below")][0]["status"]["conditions"][2]["status"] = "False"
+    assert _value(m, "mpijob_elastic_jobs_below_min_replicas") == 0
+
+
+def test_an_unready_cache_reports_zero_jobs_rather_than_a_partial_count() -> None:
+    cache = Cache()  # no index captured yet
+    m = Metrics()
+    m.registry.register(_JobStateCollector(cache))
+    assert m.registry.get_sample_value("mpijob_elastic_jobs_below_min_replicas") == 0
+    assert m.registry.get_sample_value("mpijob_jobs", {"state": "Running"}) == 0
+
+
+def test_conflicts_of_preconditioned_writes_are_reported_at_zero_before_the_first_one() -> None:
+    m = Metrics()
+    for resource in ("mpijobs", "mpijobs/status", "pods", "configmaps"):
+        assert m.registry.get_sample_value("mpijob_api_conflicts_total", {"verb": "patch", "resource": resource}) == 0
+    m.api_response("PATCH", "/api/v1/namespaces/ns/pods/p", 409)
+    assert _value(m, "mpijob_api_conflicts_total", verb="patch", resource="pods") == 1

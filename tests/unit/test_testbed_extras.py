@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,59 @@ def test_coscheduling_profile_gang_schedules_under_its_own_scheduler_name(tmp_pa
     assert profile["schedulerName"] == "scheduler-plugins-scheduler"
     assert profile["plugins"]["queueSort"]["enabled"] == [{"name": "Coscheduling"}]
     assert {"name": "Coscheduling"} in profile["plugins"]["multiPoint"]["enabled"]
+
+
+def test_with_prometheus_starts_after_the_scheduling_components() -> None:
+    assert extras.parse_with("prometheus,kueue") == ("kueue", "prometheus")
+
+
+def _rendered(target_port: object) -> list[dict[str, object]]:
+    return [
+        {"kind": "Service", "spec": {"ports": [{"name": "metrics", "port": 9090, "targetPort": target_port}]}},
+        {
+            "kind": "Deployment",
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "ports": [
+                                    {"name": "health", "containerPort": 8080},
+                                    {"name": "metrics", "containerPort": 9191},
+                                ]
+                            }
+                        ]
+                    }
+                }
+            },
+        },
+        {"kind": "ServiceMonitor", "spec": {"endpoints": [{"port": "metrics", "path": "/m", "interval": "15s"}]}},
+    ]
+
+
+def test_the_scrape_job_follows_the_service_monitor_port_name_to_the_container_port(tmp_path: Path) -> None:
+    from mpijob_testbed import prometheus
+    from mpijob_testbed.paths import Layout
+
+    endpoint = prometheus.endpoint_from_rendered(_rendered("metrics"))
+    assert endpoint == prometheus.ScrapeEndpoint(path="/m", interval="15s", port=9191, port_name="metrics")
+    assert prometheus.endpoint_from_rendered(_rendered(9292)).port == 9292
+
+    [job] = prometheus.config(Layout(tmp_path), endpoint)["scrape_configs"]
+    assert (job["metrics_path"], job["scrape_interval"]) == ("/m", "15s")
+    with pytest.raises(TestbedError, match="ServiceMonitor"):
+        prometheus.endpoint_from_rendered(_rendered("metrics")[:2])
+
+
+def test_a_target_file_is_replaced_whole_so_prometheus_never_reads_half_of_it(tmp_path: Path) -> None:
+    from mpijob_testbed import prometheus
+    from mpijob_testbed.paths import Layout
+
+    layout = Layout(tmp_path)
+    (prometheus.workdir(layout) / "targets").mkdir(parents=True)
+    prometheus.add_target(layout, "op", "127.0.0.1:1234", {"pod": "op-0"})
+    [group] = json.loads((prometheus.workdir(layout) / "targets" / "op.json").read_text())
+    assert group == {"targets": ["127.0.0.1:1234"], "labels": {"pod": "op-0"}}
+    assert [p.name for p in (prometheus.workdir(layout) / "targets").iterdir()] == ["op.json"]
+    prometheus.remove_target(layout, "op")
+    assert not list((prometheus.workdir(layout) / "targets").iterdir())

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from mpijob.api import constants as c
+from mpijob.cli import history
 from mpijob.cli.kube import client, job_path, resolve_namespace, run_command, worker_pods
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import object_path
@@ -59,6 +60,8 @@ def register(subparsers: Any) -> None:
     stt = subparsers.add_parser("status", help="workers (index, node, phase, leaving) and the discovery list")
     _common(stt)
     stt.set_defaults(func=lambda a: run_command(_status(a)))
+
+    history.register(subparsers, _common)
 
 
 async def scale_in(

@@ -17,7 +17,7 @@ from mpijob.cli.kube import client, resolve_namespace, worker_pods
 from mpijob.executor.kubeconfig import context_names
 from mpijob.executor.resources import collection_path
 
-COMMANDS = ("status", "scale", "scale-in", "completion", "version")
+COMMANDS = ("status", "history", "scale", "scale-in", "completion", "version")
 OUTPUTS = ("json", "yaml", "wide")
 # cobra's ShellCompDirectiveNoFileComp: kubectl's completion then offers no file names.
 NO_FILE_COMPLETION = ":4"
@@ -136,7 +136,7 @@ def candidates(words: list[str]) -> list[str]:
         elif partial.startswith("-"):
             found = ["--namespace", "--context", "--kubeconfig", "--output", "--workers", "--node", "--replicas"]
             found += ["--replace", "--wait", "--timeout"]
-        elif before[0] in ("status", "scale", "scale-in") and not any(
+        elif before[0] in ("status", "history", "scale", "scale-in") and not any(
             not w.startswith("-") for w in before[1:] if w not in _values(before)
         ):
             found = asyncio.run(_api_names(words, "mpijobs"))

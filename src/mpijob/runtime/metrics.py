@@ -32,15 +32,29 @@ from mpijob.api.objects import is_true
 from mpijob.executor.apply import Executor, Outcome
 from mpijob.planner.actions import Action, Create, Delete, Patch
 from mpijob.planner.snapshot import OperatorConfig, Snapshot, parse_time
-from mpijob.planner.status import CREATED, FAILED, SUCCEEDED
+from mpijob.planner.status import (
+    BELOW_MIN_REPLICAS,
+    CREATED,
+    FAILED,
+    RESTARTING,
+    RUNNING,
+    SUCCEEDED,
+    SUSPENDED,
+    read_status,
+)
+from mpijob.planner.status import is_true as status_is_true
+from mpijob.planner.status import state as job_state
 from mpijob.planner.workers import DISRUPTED, node_signal
 from mpijob.runtime.cache import Cache, Key
 from mpijob.runtime.controller import Controller
 
 log = logging.getLogger("mpijob.metrics")
 
-# Latency buckets from 10 ms (an idle operator) to 10 min (a long scale-in grace period).
-_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+# Latency buckets from 10 ms (an idle operator) to 10 min (a long scale-in grace period). 2 s is one: the
+# signal -> discovery alert (deploy/prometheus/mpijob-alerts.yaml) pages on a p99 above it, and a quantile
+# is only exact at a bucket boundary.
+_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 2.5, 5, 10, 30, 60, 120, 300, 600)
+_PRECONDITIONED_WRITES = (("patch", "mpijobs"), ("patch", "mpijobs/status"), ("patch", "pods"), ("patch", "configmaps"))
 _VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
 # /api/v1/namespaces/ns/pods/name/status -> pods/status ; /apis/g/v/namespaces/ns/mpijobs -> mpijobs
 _PATH = re.compile(r"^/apis?/(?:[^/]+/)?v[^/]*/(?:namespaces/[^/]+/)?(?P<res>[^/]+)(?:/[^/]+(?:/(?P<sub>[^/]+))?)?")
@@ -122,6 +136,10 @@ class Metrics:
         self.api_conflicts = Counter(
             "mpijob_api_conflicts_total", "API writes answered 409 Conflict", ["verb", "resource"], registry=r
         )
+        # The writes that carry a resourceVersion precondition, at 0 from the start: a rate over them is 0,
+        # not "no data", until the first conflict (the dashboard's conflicts panel, the storm alert).
+        for verb, resource in _PRECONDITIONED_WRITES:
+            self.api_conflicts.labels(verb, resource)
         # -- elastic --
         self.scale_in_decisions = Counter(
             "mpijob_elastic_scale_in_decisions_total",
@@ -165,6 +183,7 @@ class Metrics:
         self.queue_depth.set_function(lambda: float(len(controller.queue)))
         self.is_leader.set_function(lambda: 1.0 if controller.leading.is_set() else 0.0)
         self.registry.register(_CacheCollector(controller.cache))
+        self.registry.register(_JobStateCollector(controller.cache))
 
     def serve(self, port: int, address: str = "0.0.0.0") -> None:
         start_http_server(port, addr=address, registry=self.registry)
@@ -328,6 +347,51 @@ class _CacheCollector(Collector):
         leaving.add_metric([], float(count))
         yield info
         yield leaving
+
+
+# `mpijob_jobs{state}`: every state a job can be in, so a dashboard's series exist (at 0) before any job does.
+_STATES = ("", CREATED, RUNNING, RESTARTING, SUSPENDED, SUCCEEDED, FAILED)
+_PHASES = ("Pending", "Running", "Succeeded", "Failed")
+
+
+class _JobStateCollector(Collector):
+    """Jobs by state, worker pods by phase and elastic jobs below their floor, read from the cache at scrape
+    time (the conditions the planner wrote, the pods' phases: nothing is decided here)."""
+
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        jobs = GaugeMetricFamily("mpijob_jobs", "MPIJobs by state (the STATE column of kubectl get)", labels=["state"])
+        workers = GaugeMetricFamily("mpijob_worker_pods", "Worker pods of MPIJobs by phase", labels=["phase"])
+        below = GaugeMetricFamily(
+            "mpijob_elastic_jobs_below_min_replicas", "Elastic MPIJobs whose condition BelowMinReplicas is True"
+        )
+        counts = dict.fromkeys(_STATES, 0)
+        under = 0
+        if self.cache.ready:
+            for key in self.cache.mpijob_keys():
+                job = self.cache.mpijob(key) or {}
+                status = read_status(job.get("status"))
+                state = job_state(status)
+                counts[state] = counts.get(state, 0) + 1
+                under += status_is_true(status, BELOW_MIN_REPLICAS)
+        phases = dict.fromkeys(_PHASES, 0)
+        if self.cache.ready:
+            for store in (self.cache.indexes.get("pods") or {}).values():
+                for pod in store:
+                    if ((pod.get("metadata") or {}).get("labels") or {}).get(c.LABEL_JOB_ROLE) == c.ROLE_WORKER:
+                        phase = str((pod.get("status") or {}).get("phase") or "Pending")
+                        phases[phase] = phases.get(phase, 0) + 1
+        for phase, count in phases.items():
+            workers.add_metric([phase], float(count))
+        for state, count in counts.items():
+            # "": no condition yet (kubectl's STATE column is empty then)
+            jobs.add_metric([state or "Pending"], float(count))
+        below.add_metric([], float(under))
+        yield jobs
+        yield workers
+        yield below
 
 
 class InstrumentedExecutor(Executor):
