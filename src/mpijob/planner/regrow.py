@@ -169,7 +169,11 @@ def decide(snapshot: Snapshot, inputs: Inputs) -> Regrow:
     config = settings(inputs.policy)
     now = snapshot.now
     prev = inputs.previous.regrow or RegrowStatus()
-    pending = [p for p in inputs.probes if not is_terminating(p)]
+    job_name = name_of(snapshot.job)
+    pending = sorted(
+        (p for p in inputs.probes if not is_terminating(p)),
+        key=lambda p: constants.worker_index(job_name, name_of(p)) or 0,
+    )
     late = [p for p in pending if pod_phase(p) in FINISHED or _age(p, now) >= config.probe_timeout_seconds]
     alive = [p for p in pending if p not in late]
     attempts, last_timed_out = prev.timed_out_attempts or 0, list(prev.last_timed_out)
