@@ -129,6 +129,16 @@ def _pending_seconds(events: list[tuple[float, str, Obj]], start: float, end: fl
     return {"seconds": seconds, "most": most}
 
 
+def _regrow_settings(args: argparse.Namespace) -> Obj:
+    given = {
+        "probeTimeoutSeconds": args.probe_timeout,
+        "maxProbes": args.max_probes,
+        "backoffSeconds": args.backoff,
+        "maxBackoffSeconds": args.max_backoff,
+    }
+    return {k: v for k, v in given.items() if v is not None}
+
+
 async def bench(kubeconfig: Path, args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     api = await load_api_client(kubeconfig)
     kube = Client(api, qps=0, burst=1)
@@ -138,15 +148,7 @@ async def bench(kubeconfig: Path, args: argparse.Namespace, log_dir: Path) -> di
     pool = [f"br-{stamp}-a", f"br-{stamp}-b"]
     fresh = f"br-{stamp}-c"
     launcher_node = f"br-{stamp}-launchers"
-    regrow: Obj = {}
-    for key, value in (
-        ("probeTimeoutSeconds", args.probe_timeout),
-        ("maxProbes", args.max_probes),
-        ("backoffSeconds", args.backoff),
-        ("maxBackoffSeconds", args.max_backoff),
-    ):
-        if value is not None:
-            regrow[key] = value
+    regrow = _regrow_settings(args)
     log = (log_dir / f"operator-bench-regrow-{stamp}.log").open("wb")
     operator = subprocess.Popen(  # noqa: ASYNC220 (a long-lived process, started once)
         [sys.executable, "-m", "mpijob", "operator", "--kubeconfig", str(kubeconfig)],
