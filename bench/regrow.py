@@ -198,6 +198,7 @@ async def bench(kubeconfig: Path, args: argparse.Namespace, log_dir: Path) -> di
             times = [back[n] for n in names]
             out[f"{label}_pending_pod_seconds_per_job_while_no_capacity"] = round(statistics.mean(secs), 1)
             out[f"{label}_most_pending_at_once_per_job"] = max([pending["most"].get(n, 0) for n in names])
+            out[f"{label}_ready_to_target_min_s"] = round(min(times), 2)
             out[f"{label}_ready_to_target_p50_s"] = round(statistics.median(times), 2)
             out[f"{label}_ready_to_target_max_s"] = round(max(times), 2)
         out["new_node_created_to_ready_s"] = round(ready_after, 2)
