@@ -510,7 +510,8 @@ def plan_elastic(
     everyone = workers_of(snapshot)
     by_name = {name_of(p): p for p in everyone}
     # Probes looking for a node are regrow's alone (regrow.py): they count toward nothing until bound.
-    probes = [p for p in everyone if regrow.is_probe(p) and name_of(p) not in set(policy.workers_to_delete)]
+    requested = set(policy.workers_to_delete)
+    probes = [p for p in everyone if regrow.is_probe(p) and name_of(p) not in requested]
     probe_names = {name_of(p) for p in probes}
     workers = [p for p in everyone if name_of(p) not in probe_names]
     record = read_record(snapshot, workers, last_index, previous)
