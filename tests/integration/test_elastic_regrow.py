@@ -177,3 +177,38 @@ async def test_a_manual_scale_in_is_the_new_target_and_is_not_undone_when_capaci
         added = [o["metadata"]["name"] for _, t, o in pod_watch.stream.events if t == "ADDED"]
         assert not added, f"nothing grows after a manual scale-in: {added}"
         assert replicas_of(edited) == 1
+
+
+async def test_a_worker_evicted_through_the_eviction_api_is_regrown_under_a_fresh_name(
+    kube: Kube, api: ApiClient
+) -> None:
+    job = "evicted"
+    async with own_nodes(api, kube, "a", "b", spot=()) as (node_a, node_b):
+        pods = await start_job(kube, one_worker_per_node(job, [node_a, node_b], 2, regrow=REGROW))
+        victim = next(p["metadata"]["name"] for p in pods if p["spec"]["nodeName"] == node_b)
+        await kube.evict(victim)
+
+        async def regrown() -> list[Obj] | None:
+            job_obj = await kube.job(job)
+            workers = live(await kube.workers(job))
+            ok = (
+                replicas_of(job_obj) == 2
+                and len(workers) == 2
+                and victim not in names(workers)
+                and all(phase(p) == "Running" for p in workers)
+                and "regrow" not in (job_obj.get("status") or {})
+            )
+            return workers if ok else None
+
+        workers = await eventually(regrown, within=90, what="the evicted worker regrown")
+
+        async def discovered() -> bool:
+            return await run_discovery(kube, job) == sorted(names(workers))
+
+        await eventually(discovered, within=60, what="the launcher's discover_hosts.sh lists both")
+        fresh = [n for n in names(workers) if n not in names(pods)]
+        assert len(fresh) == 1 and (c.worker_index(job, fresh[0]) or 0) > max(
+            c.worker_index(job, n) or 0 for n in names(pods)
+        )
+        reasons = [e.get("reason") for e in await kube.events(job)]
+        assert "RegrowProbe" in reasons and "Regrown" in reasons, reasons

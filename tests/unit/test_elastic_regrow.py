@@ -370,3 +370,18 @@ def test_after_any_losses_and_capacity_changes_the_job_returns_to_its_target(
         gone = recorder.deleted.get(name)
         if gone is not None:
             assert (gone - made).total_seconds() <= TIMEOUT
+
+
+def test_workers_lost_to_disruptions_evictions_and_deletions_are_regrown_like_node_losses() -> None:
+    world = _world()
+    workers = world.kept_workers("pi")
+    world.disrupt(workers[0], "EvictionByEvictionAPI")
+    world.disrupt(workers[1], "TerminationByKubelet")
+    world.shut_down(workers[1])
+    world.delete_pod(workers[2])  # someone else deletes it
+    run(world, 120)
+    assert world.replicas("pi") == 4
+    assert len(world.kept_workers("pi")) == 4
+    assert not set(workers[:3]) & set(world.worker_names("pi"))
+    assert _annotations(world) == {}
+    assert world.job("pi")["status"].get("recentWorkerFailures") is None, "losses, not failures"
