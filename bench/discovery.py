@@ -67,7 +67,8 @@ def _job(name: str, workers: int, worker_nodes: list[str], launcher_node: str) -
         "metadata": {"name": name},
         "spec": {
             # The default grace period (30 s): the victims keep running while the launchers must drop them.
-            "elasticPolicy": {"minReplicas": 1, "maxReplicas": workers},
+            # Regrow off, so the figures stay those of the taint alone (regrow: bench/regrow.py).
+            "elasticPolicy": {"minReplicas": 1, "maxReplicas": workers, "regrow": {"enabled": False}},
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "template": launcher},
                 "Worker": {"replicas": workers, "template": template},

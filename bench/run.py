@@ -168,7 +168,13 @@ def _bench_job(name: str, workers: int, nodes: list[str]) -> dict[str, Any]:
         "kind": "MPIJob",
         "metadata": {"name": name},
         "spec": {
-            "elasticPolicy": {"minReplicas": 1, "maxReplicas": workers, "scaleInGracePeriodSeconds": 0},
+            # Regrow off: the figures are the scale-in's (regrow is measured by bench/regrow.py).
+            "elasticPolicy": {
+                "minReplicas": 1,
+                "maxReplicas": workers,
+                "scaleInGracePeriodSeconds": 0,
+                "regrow": {"enabled": False},
+            },
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "template": launcher},
                 "Worker": {"replicas": workers, "template": tmpl},

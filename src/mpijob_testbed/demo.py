@@ -3,7 +3,8 @@
 4 elastic workers spread over node-1 (on-demand) and node-2 (spot). node-2 gets the taint the AWS Node
 Termination Handler puts on a spot interruption notice. The operator scales the job in by exactly the two
 workers on node-2: they leave Horovod's discovery first, their pods go after the grace period, nothing is
-recreated, and node-1's workers keep running untouched.
+recreated, and node-1's workers keep running untouched. Then the spot node is replaced (node-2 is deleted, a new
+spot node joins) and the job grows back to its 4 workers by itself (regrow, on by default), under new names.
 """
 
 from __future__ import annotations
@@ -25,12 +26,23 @@ from mpijob.cli.operator import install_crd
 from mpijob.executor.client import ApiError, Client
 from mpijob_testbed import cluster
 from mpijob_testbed.launcher_view import launcher_view
-from mpijob_testbed.nodes import SPOT_ITN_TAINT, taint_node, untaint_node
+from mpijob_testbed.nodes import (
+    CAPACITY_TYPE_LABELS,
+    SPOT,
+    SPOT_ITN_TAINT,
+    create_node,
+    delete_node,
+    taint_node,
+    untaint_node,
+)
 from mpijob_testbed.waiting import seconds_until
 
 NAMESPACE = "mpijob-demo"
 JOB = "train"
 GRACE = 10
+WORKER_CPU = "14"
+# The new spot node that replaces node-2 (a name the testbed's own nodes never have).
+REPLACEMENT = "spot-replacement"
 
 
 def register(subparsers: Any) -> None:
@@ -62,7 +74,11 @@ def _manifest() -> dict[str, Any]:
                 "nodeSelectorTerms": [
                     {
                         "matchExpressions": [
-                            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1", "node-2"]}
+                            {
+                                "key": "kubernetes.io/hostname",
+                                "operator": "In",
+                                "values": ["node-1", "node-2", REPLACEMENT],
+                            }
                         ]
                     }
                 ]
@@ -124,7 +140,15 @@ def _manifest() -> dict[str, Any]:
                                 }
                             ],
                             "terminationGracePeriodSeconds": 5,
-                            "containers": [{"name": "worker", "image": "horovod/horovod:0.28.1"}],
+                            # A node has room for two workers (kwok nodes have 32 CPUs): a third does not fit, so
+                            # with node-2 tainted there is no capacity until a new node joins.
+                            "containers": [
+                                {
+                                    "name": "worker",
+                                    "image": "horovod/horovod:0.28.1",
+                                    "resources": {"requests": {"cpu": WORKER_CPU}},
+                                }
+                            ],
                         },
                     },
                 },
@@ -175,6 +199,8 @@ def _print_discovery(hosts: list[tuple[str, int]]) -> None:
 async def _scenario(kubeconfig: Path, clock: Clock) -> None:
     async with client(str(kubeconfig)) as kube:
         api = kube.api
+        # An earlier demo's namespace may still be going away (its cleanup deletes it without waiting).
+        await seconds_until(lambda: _namespace_usable(kube), what=f"namespace {NAMESPACE} usable", within=120)
         with contextlib.suppress(ApiError):
             await kube.create(
                 "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
@@ -182,7 +208,7 @@ async def _scenario(kubeconfig: Path, clock: Clock) -> None:
         with contextlib.suppress(ApiError):
             await kube.delete(job_path(NAMESPACE, JOB))
             await seconds_until(lambda: _gone(kube), what="the previous demo job to go away", within=60, interval=0.1)
-        await untaint_node(api, "node-2")
+        await _restore_nodes(kube)
         await kube.create(f"/apis/{API_VERSION}/namespaces/{NAMESPACE}/mpijobs", _manifest())
         clock.say(f"created MPIJob {NAMESPACE}/{JOB}: 4 workers, elasticPolicy minReplicas=2, ScaleIn, grace {GRACE}s")
 
@@ -256,7 +282,12 @@ async def _scenario(kubeconfig: Path, clock: Clock) -> None:
         print(pod_table(after, JOB))
         await _print_views(kube)
         job = await kube.get(job_path(NAMESPACE, JOB))
-        pending = [p["metadata"]["name"] for p in after if (p.get("status") or {}).get("phase") == "Pending"]
+        # Regrow's probes wait for a node (none has room: node-2 is tainted); any other Pending pod is wrong.
+        pending = [
+            p["metadata"]["name"]
+            for p in after
+            if (p.get("status") or {}).get("phase") == "Pending" and not _is_probe(p)
+        ]
         kept = all(
             any(p["metadata"]["name"] == n and p["metadata"]["uid"] == uid for p in after)
             for n, uid in survivors.items()
@@ -266,6 +297,10 @@ async def _scenario(kubeconfig: Path, clock: Clock) -> None:
             f"state: {(job.get('status') or {}).get('state')}, pending pods: {len(pending)}, "
             f"node-1 workers kept their UIDs: {'yes' if kept else 'NO'}"
         )
+        _print_regrow(job)
+        if not kept or pending:
+            raise SystemExit("demo: the outcome is not the expected one (see above)")
+        await _regrow(kube, clock, survivors)
         events = await kube.request("GET", f"/api/v1/namespaces/{NAMESPACE}/events")
         print("\n  events on the MPIJob:")
         for event in sorted(events.get("items") or [], key=lambda e: int(e["metadata"]["resourceVersion"])):
@@ -274,10 +309,97 @@ async def _scenario(kubeconfig: Path, clock: Clock) -> None:
                 "WorkersLeaving",
                 "SuccessfulDeletePod",
                 "WorkerRemoved",
+                "RegrowProbe",
+                "RegrowBackoff",
+                "Regrown",
             ):
                 print(f"    {event['type']:7} {event['reason']:20} {event['message']}")
-        if not kept or pending:
-            raise SystemExit("demo: the outcome is not the expected one (see above)")
+
+
+def _is_probe(pod: dict[str, Any]) -> bool:
+    return c.ANNOTATION_REGROW_PROBE in (pod["metadata"].get("annotations") or {})
+
+
+def _print_regrow(job: dict[str, Any]) -> None:
+    regrow = (job.get("status") or {}).get("regrow")
+    target = (job["metadata"].get("annotations") or {}).get(c.ANNOTATION_REGROW_TARGET, "absent")
+    if regrow:
+        print(f"  status.regrow: {regrow.get('reason')}: {regrow.get('message')}")
+    else:
+        print(f"  status.regrow: none (at the target; annotation {c.ANNOTATION_REGROW_TARGET}: {target})")
+
+
+async def _regrow(kube: Client, clock: Clock, survivors: dict[str, str]) -> None:
+    """The spot node is replaced: node-2 goes, a new spot node joins, and the job grows back to 4 on its own."""
+    api = kube.api
+    print()
+    clock.say("the spot instance behind node-2 is gone: node-2 is deleted; a new spot node joins")
+    await delete_node(api, "node-2")
+    joined = time.monotonic()
+    await create_node(api, REPLACEMENT, labels=dict.fromkeys(CAPACITY_TYPE_LABELS, SPOT))
+    ready = await seconds_until(lambda: _node_ready(kube, REPLACEMENT), what=f"{REPLACEMENT} Ready", within=60)
+    clock.mark(f"new spot node created -> {REPLACEMENT} Ready", ready)
+    clock.say(f"{REPLACEMENT} is Ready ({ready:.1f}s)")
+    became_ready = time.monotonic()
+
+    async def back_at_target() -> bool:
+        job = await kube.get(job_path(NAMESPACE, JOB))
+        pods = await worker_pods(kube, NAMESPACE, JOB)
+        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+        return job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 4 and len(running) == 4
+
+    await seconds_until(back_at_target, what="the job back at 4 Running workers", within=120, interval=0.1)
+    await seconds_until(lambda: _discovery_size(kube, 4), what="4 hosts in discovery", within=60, interval=0.1)
+    took = time.monotonic() - became_ready
+    clock.mark(f"{REPLACEMENT} Ready -> replicas 4, 4 workers Running and in the launcher's discover_hosts.sh", took)
+    clock.say(
+        f"regrow: the job is back at 4 workers, listed by the launcher's discover_hosts.sh "
+        f"({took:.1f}s after {REPLACEMENT} was Ready, {time.monotonic() - joined:.1f}s after it was created)"
+    )
+    regrown = await worker_pods(kube, NAMESPACE, JOB)
+    print("\nREGROWN:")
+    print(pod_table(regrown, JOB))
+    await _print_views(kube)
+    job = await kube.get(job_path(NAMESPACE, JOB))
+    kept = all(
+        any(p["metadata"]["name"] == n and p["metadata"]["uid"] == u for p in regrown) for n, u in survivors.items()
+    )
+    new = sorted(p["metadata"]["name"] for p in regrown if p["metadata"]["name"] not in survivors)
+    print(
+        f"\n  replicas: {job['spec']['mpiReplicaSpecs']['Worker']['replicas']}, new workers {new} (fresh names: "
+        f"Horovod never saw them), node-1 workers kept their UIDs: {'yes' if kept else 'NO'}"
+    )
+    _print_regrow(job)
+    if not kept or any(p["spec"].get("nodeName") != REPLACEMENT for p in regrown if p["metadata"]["name"] in new):
+        raise SystemExit("demo: the regrown job is not the expected one (see above)")
+
+
+async def _node_ready(kube: Client, name: str) -> bool:
+    try:
+        node = await kube.get(f"/api/v1/nodes/{name}")
+    except ApiError:
+        return False
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(x.get("type") == "Ready" and x.get("status") == "True" for x in conditions)
+
+
+async def _restore_nodes(kube: Client) -> None:
+    """node-2 as the testbed made it (an earlier demo may have replaced it), and no replacement node."""
+    api = kube.api
+    await delete_node(api, REPLACEMENT)
+    if not await _node_ready(kube, "node-2"):
+        with contextlib.suppress(Exception):
+            await create_node(api, "node-2")
+        await seconds_until(lambda: _node_ready(kube, "node-2"), what="node-2 Ready", within=60)
+    await untaint_node(api, "node-2")
+
+
+async def _namespace_usable(kube: Client) -> bool:
+    try:
+        namespace = await kube.get(f"/api/v1/namespaces/{NAMESPACE}")
+    except ApiError as err:
+        return err.status == 404
+    return not namespace["metadata"].get("deletionTimestamp")
 
 
 async def _gone(kube: Client) -> bool:
@@ -340,7 +462,6 @@ def _demo(args: argparse.Namespace) -> int:
 
 async def _cleanup(kubeconfig: Path) -> None:
     async with client(str(kubeconfig)) as kube:
-        api = kube.api
-        await untaint_node(api, "node-2")
+        await _restore_nodes(kube)
         with contextlib.suppress(ApiError):
             await kube.delete(f"/api/v1/namespaces/{NAMESPACE}")

@@ -89,10 +89,13 @@ def elastic_job(
     grace: int = 2,
     policy: str = "ScaleIn",
     index_policy: str | None = None,
+    regrow: Obj | None = None,
     **elastic: Any,
 ) -> Obj:
     """An elastic job whose workers may only run on `nodes`, spread evenly over them; the launcher runs on
-    the first node (which tests never disturb)."""
+    the first node (which tests never disturb). Regrow is off unless `regrow` says otherwise: these tests are
+    about shrinking, and the healthy node has room for the lost workers (regrow's own tests:
+    test_elastic_regrow.py)."""
     spread = {SPREAD_LABEL: name}
     worker_template = {
         "metadata": {"labels": spread},
@@ -133,6 +136,7 @@ def elastic_job(
         "maxReplicas": max_replicas,
         "nodeTerminationPolicy": policy,
         "scaleInGracePeriodSeconds": grace,
+        "regrow": {"enabled": False} if regrow is None else regrow,
         **elastic,
     }
     if index_policy is not None:

@@ -50,8 +50,11 @@ def elastic(
     node_termination_policy: str | None = None,
     grace: int | None = None,
     index_policy: str | None = None,
+    regrow: Obj | None = None,
 ) -> Obj:
     policy: Obj = {"minReplicas": min_replicas}
+    if regrow is not None:
+        policy["regrow"] = dict(regrow)
     if max_replicas is not None:
         policy["maxReplicas"] = max_replicas
     if workers_to_delete:
@@ -63,6 +66,11 @@ def elastic(
     if index_policy is not None:
         policy["indexPolicy"] = index_policy
     return policy
+
+
+# For tests about shrinking alone: regrow (on by default) would grow the job back wherever the test's world
+# places pods; regrow has its own tests (test_elastic_regrow.py).
+NO_REGROW: Obj = {"enabled": False}
 
 
 def mpijob(

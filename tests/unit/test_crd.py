@@ -150,6 +150,7 @@ def test_elastic_policy_schema_has_the_user_facing_names() -> None:
         "scaleInGracePeriodSeconds",
         "indexPolicy",
         "hostDiscovery",
+        "regrow",
     }
     assert ep["hostDiscovery"]["enum"] == ["API", "File"]
     assert ep["minReplicas"]["minimum"] == 1

@@ -13,6 +13,7 @@ from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Obj, OperatorConfig
 
 from .builders import (
+    NO_REGROW,
     SPOT_TAINT,
     cond,
     config_map,
@@ -242,7 +243,7 @@ def test_binding_with_another_role_ref_is_replaced() -> None:
 def _running_world(workers: int = 4) -> World:
     world = World(placement=["node-1", "node-2"])
     world.add_nodes("node-1", "node-2")
-    world.add(mpijob(workers=workers, elastic_policy=elastic(1, 8, grace=30)))
+    world.add(mpijob(workers=workers, elastic_policy=elastic(1, 8, grace=30, regrow=NO_REGROW)))
     world.settle("pi")
     world.start_launcher("pi")
     world.settle("pi")

@@ -18,6 +18,7 @@ from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Obj
 
 from .builders import (
+    NO_REGROW,
     NS,
     config_data,
     created_names,
@@ -47,7 +48,7 @@ REASONS = ["TerminationByKubelet", "EvictionByEvictionAPI", "PreemptionBySchedul
 def _job(replicas: int = 4, min_replicas: int = 2, policy: str | None = None) -> Obj:
     return mpijob(
         workers=replicas,
-        elastic_policy=elastic(min_replicas, 8, node_termination_policy=policy, grace=GRACE),
+        elastic_policy=elastic(min_replicas, 8, node_termination_policy=policy, grace=GRACE, regrow=NO_REGROW),
         status={**running_status(), "discoveredHosts": [f"pi-worker-{i}" for i in range(replicas)]},
     )
 

@@ -10,6 +10,7 @@ from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Obj, OperatorConfig
 
 from .builders import (
+    NO_REGROW,
     SPOT_TAINT,
     config_data,
     created_names,
@@ -41,7 +42,12 @@ def _job(
     return mpijob(
         workers=replicas,
         elastic_policy=elastic(
-            min_replicas, 8, node_termination_policy=policy, grace=GRACE, workers_to_delete=to_delete or ()
+            min_replicas,
+            8,
+            node_termination_policy=policy,
+            grace=GRACE,
+            workers_to_delete=to_delete or (),
+            regrow=NO_REGROW,
         ),
         status=running_status(),
     )
@@ -256,7 +262,7 @@ def test_evicted_worker_in_a_replace_job_is_deleted_and_replaced() -> None:
 def test_evicted_worker_does_not_fail_an_elastic_job() -> None:
     world = World()
     world.add_nodes("node-1")
-    world.add(mpijob(workers=3, elastic_policy=elastic(1, 4, grace=0)))
+    world.add(mpijob(workers=3, elastic_policy=elastic(1, 4, grace=0, regrow=NO_REGROW)))
     world.settle("pi")
     world.kubelet_evict("pi-worker-1")
 
@@ -273,7 +279,7 @@ def test_evicted_worker_does_not_fail_an_elastic_job() -> None:
 def test_spot_taint_on_node_2_sheds_exactly_its_workers_and_keeps_node_1s() -> None:
     world = World(placement=["node-1", "node-1", "node-2", "node-2"])
     world.add_nodes("node-1", "node-2")
-    world.add(mpijob(workers=4, elastic_policy=elastic(1, 8, grace=GRACE)))
+    world.add(mpijob(workers=4, elastic_policy=elastic(1, 8, grace=GRACE, regrow=NO_REGROW)))
     world.settle("pi")
     world.start_launcher("pi")
     world.settle("pi")
@@ -314,7 +320,7 @@ def test_spot_taint_on_node_2_sheds_exactly_its_workers_and_keeps_node_1s() -> N
 def test_cordon_then_node_deletion_in_the_world_converges_without_pending_replacements() -> None:
     world = World(placement=["node-1", "node-2"])
     world.add_nodes("node-1", "node-2", "node-3")
-    world.add(mpijob(workers=4, elastic_policy=elastic(2, 8, grace=GRACE)))
+    world.add(mpijob(workers=4, elastic_policy=elastic(2, 8, grace=GRACE, regrow=NO_REGROW)))
     world.settle("pi")
     world.placement = ["node-3"]
     world.cordon("node-1")

@@ -13,6 +13,7 @@ from mpijob.planner.podgroups import format_quantity, parse_quantity
 from mpijob.planner.snapshot import Obj, OperatorConfig
 
 from .builders import (
+    NO_REGROW,
     SPOT_TAINT,
     creates,
     deletes,
@@ -285,7 +286,11 @@ def test_min_available_above_the_current_size_is_capped_so_the_gang_stays_satisf
 
 
 def test_a_spot_scale_in_keeps_the_gang_satisfiable_by_the_workers_that_remain() -> None:
-    job = mpijob(workers=4, elastic_policy=elastic(1, 8, grace=0), run_policy={"schedulingPolicy": {"minAvailable": 5}})
+    job = mpijob(
+        workers=4,
+        elastic_policy=elastic(1, 8, grace=0, regrow=NO_REGROW),
+        run_policy={"schedulingPolicy": {"minAvailable": 5}},
+    )
     world = _launched(_world(COSCHEDULING, "node-1", "node-2"), job)
     world.settle("pi")
     group = world.get("PodGroup", "pi")

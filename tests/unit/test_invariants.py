@@ -98,17 +98,53 @@ def check_listed_leave_first(s: Snapshot, actions: list[Action]) -> None:
 
 
 def check_floor(s: Snapshot, actions: list[Action]) -> None:
-    """At most one spec patch, with optimistic concurrency; it never goes below the floor nor raises replicas."""
+    """At most one spec patch, with optimistic concurrency; it never goes below the floor. It raises replicas
+    only to regrow: by at most the probes that got a node, never above the recorded target nor maxReplicas."""
     spec = s.job["spec"]
     spec_patches = [a for a in actions if isinstance(a, Patch) and a.kind == "MPIJob" and a.subresource is None]
     assert len(spec_patches) <= 1
     for a in spec_patches:
         assert a.resource_version == s.job["metadata"]["resourceVersion"]
-        replicas = ((a.patch["spec"].get("mpiReplicaSpecs") or {}).get("Worker") or {}).get("replicas")
+        replicas = ((a.patch.get("spec", {}).get("mpiReplicaSpecs") or {}).get("Worker") or {}).get("replicas")
+        before = spec["mpiReplicaSpecs"]["Worker"]["replicas"]
         if replicas is not None:
-            assert (
-                spec["elasticPolicy"].get("minReplicas", 1) <= replicas <= spec["mpiReplicaSpecs"]["Worker"]["replicas"]
-            )
+            assert spec["elasticPolicy"].get("minReplicas", 1) <= replicas
+            assert replicas <= (spec["elasticPolicy"].get("maxReplicas") or replicas)
+        if replicas is not None and replicas > before:
+            recorded = s.job["metadata"].get("annotations") or {}
+            assert recorded.get(c.ANNOTATION_REGROW_REPLICAS) == str(before), "raised replicas someone else set"
+            assert replicas <= int(recorded[c.ANNOTATION_REGROW_TARGET])
+            bound = [
+                p
+                for p in s.owned_pods
+                if c.ANNOTATION_REGROW_PROBE in (p["metadata"].get("annotations") or {}) and p["spec"].get("nodeName")
+            ]
+            assert replicas - before <= len(bound)
+
+
+def check_probes(s: Snapshot, actions: list[Action]) -> None:
+    """Regrow's probes: never more than maxProbes waiting for a node at once (those of the snapshot that this
+    plan keeps, plus its creates), and none kept past its timeout."""
+    regrow = s.job["spec"]["elasticPolicy"].get("regrow") or {}
+    bound, timeout = regrow.get("maxProbes", 2), regrow.get("probeTimeoutSeconds", 180)
+    deleted = {a.name for a in actions if isinstance(a, Delete) and a.kind == "Pod"}
+    waiting = [
+        p
+        for p in s.owned_pods
+        if c.ANNOTATION_REGROW_PROBE in (p["metadata"].get("annotations") or {})
+        and not p["spec"].get("nodeName")
+        and "deletionTimestamp" not in p["metadata"]
+        and p["metadata"]["name"] not in deleted
+    ]
+    for pod in waiting:
+        age = (s.now - parse_time(pod["metadata"]["creationTimestamp"])).total_seconds()  # type: ignore[operator]
+        assert age < timeout, f"probe {pod['metadata']['name']} kept {age}s, past its {timeout}s"
+    made = [
+        a
+        for a in actions
+        if isinstance(a, Create) and c.ANNOTATION_REGROW_PROBE in (a.obj["metadata"].get("annotations") or {})
+    ]
+    assert len(waiting) + len(made) <= bound, (len(waiting), len(made))
 
 
 def check_graceful(s: Snapshot, actions: list[Action]) -> None:
@@ -187,7 +223,13 @@ def check_plan(s: Snapshot, actions: list[Action]) -> None:
     check_preconditions(s, actions)
     if "elasticPolicy" not in s.job["spec"]:
         return
-    for check in (check_listed_leave_first, check_floor, check_graceful, check_disrupted_out_of_discovery):
+    for check in (
+        check_listed_leave_first,
+        check_floor,
+        check_probes,
+        check_graceful,
+        check_disrupted_out_of_discovery,
+    ):
         check(s, actions)
 
 
@@ -320,7 +362,7 @@ def test_node_termination_never_lowers_replicas_below_min_replicas(s: Snapshot) 
     low = s.job["spec"]["elasticPolicy"]["minReplicas"]
     for a in actions:
         if isinstance(a, Patch) and a.kind == "MPIJob" and a.subresource is None:
-            replicas = ((a.patch["spec"].get("mpiReplicaSpecs") or {}).get("Worker") or {}).get("replicas")
+            replicas = ((a.patch.get("spec", {}).get("mpiReplicaSpecs") or {}).get("Worker") or {}).get("replicas")
             event(
                 "replicas unchanged" if replicas is None else "lowered to the floor" if replicas == low else "lowered"
             )

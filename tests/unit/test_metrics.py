@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from prometheus_client import generate_latest
@@ -11,7 +12,10 @@ from mpijob.api.models import API_VERSION
 from mpijob.planner.actions import Create, Delete, Emit, Patch
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime.cache import Cache
-from mpijob.runtime.metrics import Metrics, _JobStateCollector, resource_of, signal_label
+from mpijob.runtime.metrics import Metrics, _CacheCollector, _JobStateCollector, resource_of, signal_label
+
+from .builders import SPOT_TAINT, elastic, mpijob
+from .world import World
 
 
 def _cache(pods: list[dict[str, Any]], jobs: tuple[tuple[str, str], ...] = ()) -> Cache:
@@ -216,3 +220,45 @@ def test_conflicts_of_preconditioned_writes_are_reported_at_zero_before_the_firs
         assert m.registry.get_sample_value("mpijob_api_conflicts_total", {"verb": "patch", "resource": resource}) == 0
     m.api_response("PATCH", "/api/v1/namespaces/ns/pods/p", 409)
     assert _value(m, "mpijob_api_conflicts_total", verb="patch", resource="pods") == 1
+
+
+def test_regrow_probes_are_counted_created_timed_out_and_bound_and_the_gauges_read_the_cache() -> None:
+    m = Metrics()
+    world = World(placement=["node-1", "node-2"])
+    world.add_nodes("node-1", "node-2")
+    regrow = {"maxProbes": 2, "probeTimeoutSeconds": 60, "backoffSeconds": 20, "maxBackoffSeconds": 100}
+    world.add(mpijob(workers=4, elastic_policy=elastic(1, 8, grace=0, regrow=regrow)))
+    world.settle("pi")
+    cache = _cache([])
+
+    def step(seconds: float) -> None:
+        before = copy.deepcopy(world.job("pi"))
+        m.applied(cache, OperatorConfig(), before, world.reconcile("pi"))
+        world.bind_pending()
+        world.kubelet()
+        world.advance(seconds)
+
+    world.taint("node-2", SPOT_TAINT)
+    world.placement = []
+    for _ in range(4):
+        step(0)
+    assert _value(m, "mpijob_elastic_regrow_probes_total", result="created") == 2
+    world.advance(61)
+    step(0)
+    assert _value(m, "mpijob_elastic_regrow_probes_total", result="timed-out") == 2
+    # The gauges read the job as the cache holds it: below its target, waiting in backoff.
+    job = copy.deepcopy(world.job("pi"))
+    cache.indexes["mpijobs"][("ns", "pi")] = [job]
+    cache.indexes["mpijobs"][("ns", "other")] = [{"metadata": {}, "spec": {}}]
+    job["status"]["regrow"]["nextAttemptTime"] = "2999-01-01T00:00:00Z"  # the scrape runs on the real clock
+    m.registry.register(_CacheCollector(cache))  # what attach() registers
+    text = generate_latest(m.registry).decode()
+    assert "mpijob_elastic_jobs_below_target 1.0" in text
+    assert "mpijob_elastic_jobs_regrow_backoff 1.0" in text
+
+    world.add_nodes("node-3")
+    world.placement = ["node-3"]
+    for _ in range(12):
+        step(30)
+    assert world.replicas("pi") == 4
+    assert _value(m, "mpijob_elastic_regrow_probes_total", result="bound") == 2

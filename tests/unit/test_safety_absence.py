@@ -20,6 +20,7 @@ from mpijob.planner.workers import MAX_CONFIRMATIONS
 from mpijob.runtime.controller import Controller
 
 from .builders import (
+    NO_REGROW,
     NS,
     deleted_pods,
     elastic,
@@ -120,7 +121,7 @@ def test_live_reads_per_plan_are_bounded_whatever_the_status_says() -> None:
 def test_world_node_deleted_is_confirmed_by_a_read_then_scaled_in() -> None:
     world = World(placement=["node-1", "node-2"])
     world.add_nodes("node-1", "node-2")
-    world.add(mpijob(workers=4, elastic_policy=elastic(1, 4, grace=0)))
+    world.add(mpijob(workers=4, elastic_policy=elastic(1, 4, grace=0, regrow=NO_REGROW)))
     world.settle("pi")
     world.start_launcher("pi")
     world.settle("pi")

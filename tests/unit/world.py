@@ -466,6 +466,17 @@ class World:
             }
             self._touch(pod)
 
+    def bind_pending(self) -> bool:
+        """The scheduler binds every unbound, live pod to `placement` (round robin), as it does once capacity
+        appears; with an empty placement (no capacity) they stay Pending. Returns whether it bound any."""
+        bound = False
+        for pod in self.pods():
+            if self.placement and not is_terminating(pod) and not pod["spec"].get("nodeName"):
+                self.schedule(pod["metadata"]["name"], self.placement[self._place % len(self.placement)])
+                self._place += 1
+                bound = True
+        return bound
+
     def kubelet(self) -> bool:
         """Starts every scheduled Pending pod and removes every terminating pod. Returns whether it did anything."""
         changed = False

@@ -18,6 +18,14 @@ ANNOTATION_PREFIX = "mpijob.kubeflow.org/"
 ANNOTATION_LEAVING_SINCE = "mpijob.kubeflow.org/leaving-since"
 # Why the worker is leaving (workersToDelete, scale-down, node-termination, ...), for humans.
 ANNOTATION_LEAVING_REASON = "mpijob.kubeflow.org/leaving-reason"
+# Regrow (elastic ScaleIn jobs). On the MPIJob, written in the one spec patch that changes Worker replicas, so a
+# restart reads them back: the size to grow back to, and the Worker replicas the operator wrote with it (any
+# other value of replicas is someone else's edit, which sets the new target). Absent at the target.
+ANNOTATION_REGROW_TARGET = "mpijob.kubeflow.org/regrow-target"
+ANNOTATION_REGROW_REPLICAS = "mpijob.kubeflow.org/regrow-replicas"
+# On a worker created to grow back (a probe); its value is when. Until it is bound to a node it does not count
+# toward Worker replicas, and it is deleted if it is not bound within elasticPolicy.regrow.probeTimeoutSeconds.
+ANNOTATION_REGROW_PROBE = "mpijob.kubeflow.org/regrow-probe"
 ANNOTATION_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 
 CONFIG_MOUNT_PATH = "/etc/mpi"

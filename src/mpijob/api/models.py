@@ -151,6 +151,44 @@ class ReplicaSpec(_Model):
 WorkerName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=POD_NAME_PATTERN)]
 
 
+class RegrowPolicy(_Model):
+    """How a ScaleIn job grows back to the size its user asked for after losing workers to its nodes (a
+    termination taint, a deleted or cordoned node, an eviction, a DisruptionTarget). On by default; see
+    docs/elastic.md for why these defaults."""
+
+    enabled: bool = Field(default=True, description="Grow back to the target size when capacity returns.")
+    max_probes: int = Field(
+        default=2,
+        alias="maxProbes",
+        ge=1,
+        le=32,
+        description="New workers (probes) created at a time while below the target; no more of the job's "
+        "probes are ever Pending at once.",
+    )
+    probe_timeout_seconds: int = Field(
+        default=180,
+        alias="probeTimeoutSeconds",
+        ge=10,
+        le=3600,
+        description="A probe not bound to a node within this is deleted and retried after a backoff.",
+    )
+    backoff_seconds: int = Field(
+        default=60,
+        alias="backoffSeconds",
+        ge=1,
+        le=3600,
+        description="Wait after the first timed-out probe; doubled after each further one (jittered down by up "
+        "to 20%), up to maxBackoffSeconds.",
+    )
+    max_backoff_seconds: int = Field(
+        default=900,
+        alias="maxBackoffSeconds",
+        ge=1,
+        le=86400,
+        description="Ceiling of the wait between probe attempts.",
+    )
+
+
 class ElasticPolicy(_Model):
     """Makes the job elastic: targeted scale-in, node-termination reaction and graceful discovery."""
 
@@ -195,6 +233,10 @@ class ElasticPolicy(_Model):
         description="Where the launcher's discover_hosts.sh reads the host list: API (from the API server with "
         "a per-job ServiceAccount that can read only this job's list; the projected file as fallback) or File "
         "(the projected file only; no RBAC objects).",
+    )
+    regrow: RegrowPolicy | None = Field(
+        default=None,
+        description="Growing back after node losses (ScaleIn): on by default; set enabled: false to turn it off.",
     )
 
 
@@ -263,6 +305,31 @@ class ReplicaStatus(_Model):
     selector: str | None = None
 
 
+class RegrowStatus(_Model):
+    """Where an elastic job stands on growing back (present only while it is below its target or backing off)."""
+
+    target: int | None = Field(default=None, ge=0, description="The size the job grows back to.")
+    current: int | None = Field(default=None, ge=0, description="Worker replicas now.")
+    probes: list[str] = Field(default_factory=list, description="Probe workers waiting for a node.")
+    timed_out_attempts: int | None = Field(
+        default=None,
+        alias="timedOutAttempts",
+        ge=0,
+        description="Probe rounds in a row that got no node in time (the backoff's exponent).",
+    )
+    last_timed_out: list[str] = Field(
+        default_factory=list, alias="lastTimedOut", description="Probes of the last round that timed out."
+    )
+    last_attempt_time: str | None = Field(
+        default=None, alias="lastAttemptTime", description="When probes were last created."
+    )
+    next_attempt_time: str | None = Field(
+        default=None, alias="nextAttemptTime", description="When the next probes may be created (backoff)."
+    )
+    reason: str | None = Field(default=None, description="Probing, Backoff, Waiting or Disabled.")
+    message: str | None = None
+
+
 class JobStatus(_Model):
     conditions: list[JobCondition] = Field(
         default_factory=list,
@@ -294,6 +361,9 @@ class JobStatus(_Model):
     )
     last_worker_failure_time: str | None = Field(
         default=None, alias="lastWorkerFailureTime", description="When a worker last failed."
+    )
+    regrow: RegrowStatus | None = Field(
+        default=None, description="Growing back to the target size after node losses (elastic ScaleIn jobs)."
     )
     ssh_secret_uid: str | None = Field(
         default=None,

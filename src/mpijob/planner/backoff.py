@@ -37,11 +37,11 @@ def replacement_backoff(ctx: PlanContext, decided: WorkerPlan) -> WorkerPlan:
         ctx.draft.new_status.recent_worker_failures = None
         ctx.draft.new_status.last_worker_failure_time = None
         return decided
-    if count < BACKOFF_AFTER or not decided.to_create or last is None:
+    if count < BACKOFF_AFTER or not (decided.to_create or decided.probes_to_create) or last is None:
         return decided
     delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** min(count - BACKOFF_AFTER, 16))
     left = (last - ctx.snapshot.now).total_seconds() + delay
     if left <= 0:
         return decided
     ctx.draft.wake.append(left)
-    return replace(decided, to_create=())
+    return replace(decided, to_create=(), probes_to_create=())

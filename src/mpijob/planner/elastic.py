@@ -15,7 +15,7 @@ Vocabulary (see workers.py): listed, leaving, kept.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from mpijob.api import constants
@@ -30,6 +30,7 @@ from mpijob.api.objects import (
     pod_phase,
     pod_ready,
 )
+from mpijob.planner import regrow
 from mpijob.planner.actions import Emit
 from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.hostfile import host_fqdn
@@ -506,20 +507,43 @@ def plan_elastic(
     policy = spec.elastic_policy
     assert policy is not None
     job_name = name_of(snapshot.job)
-    workers = workers_of(snapshot)
-    by_name = {name_of(p): p for p in workers}
+    everyone = workers_of(snapshot)
+    by_name = {name_of(p): p for p in everyone}
+    # Probes looking for a node are regrow's alone (regrow.py): they count toward nothing until bound.
+    requested = set(policy.workers_to_delete)
+    probes = [p for p in everyone if regrow.is_probe(p) and name_of(p) not in requested]
+    probe_names = {name_of(p) for p in probes}
+    workers = [p for p in everyone if name_of(p) not in probe_names]
     record = read_record(snapshot, workers, last_index, previous)
     listing = clean_listing(snapshot, policy.workers_to_delete, by_name, record)
     terminations = node_terminations(
         snapshot, policy, workers, by_name, listing, record, replicas=spec.worker_replicas, suspended=suspended
     )
+    terminations, target, raised = _regrow_target(snapshot, policy, spec, workers, terminations, suspended)
     leaving = departures(snapshot, policy, workers, terminations, record, suspended=suspended)
-    grown = growth(snapshot, policy, workers, terminations, leaving.kept, record, suspended=suspended)
+    grown = growth(snapshot, policy, everyone, terminations, leaving.kept, record, suspended=suspended)
     failures = new_failures(snapshot, workers, leaving, record)
+    regrown = regrow.decide(
+        snapshot,
+        regrow.Inputs(
+            policy=policy,
+            on=regrow.applies(snapshot, policy),
+            suspended=suspended,
+            target=target,
+            replicas=terminations.replicas,
+            raised=raised,
+            probes=probes,
+            placed=not grown.to_create and all(pod_node(p) is not None for p in leaving.kept),
+            taken={*(index_of(job_name, p) for p in everyone), *grown.to_create},
+            last_index=last_index,
+            previous=previous,
+        ),
+    )
     hosts = [(index_of(job_name, p), name_of(p)) for p in leaving.kept]
     # A worker whose pod is being killed is out of discovery whatever the policy (Ignore keeps it otherwise).
     undisrupted = [p for p in leaving.kept if pod_signal(p) is None]
     hosts += [(i, constants.worker_name(job_name, i)) for i in grown.to_create]
+    wakes = [w for w in (leaving.wake_after, regrown.wake_after) if w is not None]
     return WorkerPlan(
         new_replicas=terminations.replicas if terminations.replicas != spec.worker_replicas else None,
         new_workers_to_delete=(
@@ -538,7 +562,45 @@ def plan_elastic(
         # Ready, as the headless Service's DNS records are: Horovod is never offered a name that cannot resolve.
         discovery_names=tuple(name_of(p) for p in undisrupted if pod_phase(p) == "Running" and pod_ready(p)),
         foreign_names=grown.foreign_names,
-        wake_after=leaving.wake_after,
+        wake_after=min(wakes) if wakes else None,
         held=terminations.held,
         failures=failures,
+        job_annotations=regrown.annotations,
+        probes_to_create=regrown.to_create,
+        probes_to_delete=regrown.to_delete,
+        regrow=regrown,
     )
+
+
+def _regrow_target(
+    snapshot: Snapshot,
+    policy: ElasticPolicy,
+    spec: MPIJobSpec,
+    workers: Sequence[Obj],
+    terminations: Terminations,
+    suspended: bool,
+) -> tuple[Terminations, int, int]:
+    """(terminations with Worker replicas raised for probes that got a node, the target, how many were counted).
+    Probes are counted among the workers that count toward replicas (not listed, leaving, terminating,
+    finished or held on a cordoned node)."""
+    if not regrow.applies(snapshot, policy):
+        return terminations, terminations.replicas, 0
+    lowered = terminations.replicas < spec.worker_replicas
+    target = regrow.read_target(
+        snapshot, policy, spec.worker_replicas, lowered_from=spec.worker_replicas if lowered else None
+    )
+    if suspended:
+        return terminations, target, 0
+    gone = {*terminations.workers_to_delete, *terminations.held}
+    countable = [
+        p
+        for p in workers
+        if name_of(p) not in gone
+        and not is_leaving(p)
+        and not is_terminating(p)
+        and pod_phase(p) not in FINISHED_PHASES
+    ]
+    raised = regrow.counted_probes(countable, terminations.replicas, target)
+    if raised:
+        terminations = replace(terminations, replicas=terminations.replicas + raised)
+    return terminations, target, raised

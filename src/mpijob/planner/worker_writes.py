@@ -12,7 +12,7 @@ from typing import Any
 
 from mpijob.api import constants
 from mpijob.api.models import API_VERSION
-from mpijob.planner import children, podgroups
+from mpijob.planner import children, podgroups, regrow
 from mpijob.planner.actions import Patch
 from mpijob.planner.backoff import replacement_backoff
 from mpijob.planner.draft import PlanContext
@@ -87,6 +87,9 @@ def record_decisions(ctx: PlanContext, decided: WorkerPlan) -> None:
         patch.setdefault("spec", {})["mpiReplicaSpecs"] = {"Worker": {"replicas": decided.new_replicas}}
     if decided.new_workers_to_delete is not None:
         patch.setdefault("spec", {})["elasticPolicy"] = {"workersToDelete": decided.new_workers_to_delete}
+    if decided.job_annotations is not None:
+        # The regrow target, recorded with the replicas it goes with (regrow.read_target), in the same write.
+        patch["metadata"] = {"annotations": dict(decided.job_annotations)}
     if patch:
         ctx.draft.record.append(
             Patch(
@@ -139,6 +142,9 @@ def delete_and_create(ctx: PlanContext, decided: WorkerPlan, suspended: bool) ->
     that really go out."""
     for pod in decided.to_delete:
         ctx.delete_pod(pod, "suspended" if suspended else "leaving the job")
+    for pod in decided.probes_to_delete:
+        late = decided.regrow is not None and name_of(pod) in _timed_out(decided)
+        ctx.delete_pod(pod, regrow.TIMED_OUT if late else "regrow probe no longer needed")
     if ctx.foreign_children():
         # Fail closed: a worker would mount someone else's discover_hosts.sh or SSH key.
         decided = replace(decided, to_create=())
@@ -147,15 +153,44 @@ def delete_and_create(ctx: PlanContext, decided: WorkerPlan, suspended: bool) ->
     # reconcile may create about twice as many workers as exist, and the next one (woken by their watch
     # events) more.
     decided = replace(decided, to_create=decided.to_create[: create_budget(len(ctx.workers))])
+    if ctx.foreign_children():
+        decided = replace(decided, probes_to_create=())
     config = ctx.snapshot.config
     for index in decided.to_create:
         pod = children.worker_pod(ctx.job, ctx.spec, index, config.cluster_domain)
         podgroups.decorate(pod["metadata"], pod["spec"], ctx.name, config.gang_scheduler)
         ctx.draft.create.append(ctx.creation(pod))
-    if decided.to_create:
-        ctx.draft.new_status.last_worker_index = max([*decided.to_create, last_worker_index(ctx)])
+    create_probes(ctx, decided)
+    made = (*decided.to_create, *decided.probes_to_create)
+    if made:
+        ctx.draft.new_status.last_worker_index = max([*made, last_worker_index(ctx)])
     for name in decided.foreign_names:
         ctx.draft.conflicts.append(f"Pod {name}")
     if decided.wake_after is not None:
         ctx.draft.wake.append(decided.wake_after)
     return decided
+
+
+def _timed_out(decided: WorkerPlan) -> set[str]:
+    status = decided.regrow.status if decided.regrow is not None else None
+    return set(status.last_timed_out) if status is not None else set()
+
+
+def create_probes(ctx: PlanContext, decided: WorkerPlan) -> None:
+    """Regrow's probe workers (regrow.py): ordinary workers plus the probe annotation (when it was made), which
+    keeps them out of Worker replicas until they are bound; and status.regrow with its Events, naming only the
+    probes that really go out."""
+    config = ctx.snapshot.config
+    for index in decided.probes_to_create:
+        pod = children.worker_pod(ctx.job, ctx.spec, index, config.cluster_domain)
+        pod["metadata"].setdefault("annotations", {})[constants.ANNOTATION_REGROW_PROBE] = ctx.now
+        podgroups.decorate(pod["metadata"], pod["spec"], ctx.name, config.gang_scheduler)
+        ctx.draft.create.append(ctx.creation(pod))
+    if decided.regrow is None:
+        ctx.draft.new_status.regrow = None
+        return
+    status, events = regrow.settle(
+        decided.regrow, decided.probes_to_create, ctx.name, ctx.now, suspended=ctx.spec.run_policy.suspend
+    )
+    ctx.draft.new_status.regrow = status
+    ctx.draft.status_events.extend(events)

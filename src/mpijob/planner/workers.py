@@ -18,6 +18,7 @@ from mpijob.api import constants
 from mpijob.api.models import MPIJobSpec, NodeTerminationPolicy
 from mpijob.planner.actions import Emit
 from mpijob.planner.ranking import rank_victims
+from mpijob.planner.regrow import Regrow
 from mpijob.planner.snapshot import (
     Obj,
     Snapshot,
@@ -77,6 +78,12 @@ class WorkerPlan:
     held: tuple[str, ...] = ()
     # Workers that started leaving because they crashed (replacement backoff; see elastic.new_failures).
     failures: int = 0
+    # Regrow (regrow.py): MPIJob annotations for the spec patch (the target), probe workers to create (indexes)
+    # and to delete (timed out, or no longer needed), and the decision itself (its status and Events).
+    job_annotations: dict[str, str | None] | None = None
+    probes_to_create: tuple[int, ...] = ()
+    probes_to_delete: tuple[Obj, ...] = ()
+    regrow: Regrow | None = None
 
 
 def workers_of(snapshot: Snapshot) -> list[Obj]:

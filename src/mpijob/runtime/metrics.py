@@ -31,6 +31,7 @@ from mpijob.api.models import GROUP, PLURAL, VERSION
 from mpijob.api.objects import is_true
 from mpijob.executor.apply import Executor, Outcome
 from mpijob.planner.actions import Action, Create, Delete, Patch
+from mpijob.planner.regrow import TIMED_OUT
 from mpijob.planner.snapshot import OperatorConfig, Snapshot, parse_time
 from mpijob.planner.status import (
     BELOW_MIN_REPLICAS,
@@ -174,6 +175,13 @@ class Metrics:
             buckets=_BUCKETS,
             registry=r,
         )
+        self.regrow_probes = Counter(
+            "mpijob_elastic_regrow_probes_total",
+            "Regrow probe workers: created, bound (got a node and counted in Worker replicas), timed-out (deleted "
+            "for getting no node within probeTimeoutSeconds)",
+            ["result"],
+            registry=r,
+        )
         self.stamps = _Stamps()
         self.clock: Callable[[], float] = time.monotonic
 
@@ -241,6 +249,7 @@ class Metrics:
             if cache.pod(*key) is None:
                 del self.stamps.leaving[key]
         decisions: set[str] = set()
+        self._regrow(job, actions)
         for action in actions:
             if isinstance(action, Patch) and action.kind == "MPIJob" and action.subresource == "status":
                 new = {"conditions": (action.patch.get("status") or {}).get("conditions")}
@@ -290,6 +299,31 @@ class Metrics:
                 self._deleted(cache, namespace, action.name, now)
         for signal in decisions:
             self.scale_in_decisions.labels(signal).inc()
+
+    def _regrow(self, job: dict[str, Any], actions: Sequence[Action]) -> None:
+        """Probes created (the probe annotation on a created pod), timed out (deleted for it, planner.regrow's
+        TIMED_OUT reason), bound (Worker replicas raised by the spec patch that carries the regrow target)."""
+        replicas = (((job.get("spec") or {}).get("mpiReplicaSpecs") or {}).get("Worker") or {}).get("replicas")
+        for action in actions:
+            if isinstance(action, Create) and action.obj.get("kind") == "Pod":
+                if c.ANNOTATION_REGROW_PROBE in ((action.obj.get("metadata") or {}).get("annotations") or {}):
+                    self.regrow_probes.labels("created").inc()
+            elif isinstance(action, Delete) and action.kind == "Pod":
+                if any(TIMED_OUT in e.message for e in action.announce):
+                    self.regrow_probes.labels("timed-out").inc()
+            elif isinstance(action, Patch) and action.kind == "MPIJob" and action.subresource is None:
+                annotations = (action.patch.get("metadata") or {}).get("annotations") or {}
+                raised = (
+                    ((action.patch.get("spec") or {}).get("mpiReplicaSpecs") or {}).get("Worker", {}).get("replicas")
+                )
+                regrow_keys = {c.ANNOTATION_REGROW_TARGET, c.ANNOTATION_REGROW_REPLICAS}
+                if (
+                    isinstance(raised, int)
+                    and isinstance(replicas, int)
+                    and raised > replicas
+                    and regrow_keys & set(annotations)
+                ):
+                    self.regrow_probes.labels("bound").inc(raised - replicas)
 
     def _left(self, leaving: _Leaving, now: float) -> None:
         if leaving.left_at is None:
@@ -347,6 +381,35 @@ class _CacheCollector(Collector):
         leaving.add_metric([], float(count))
         yield info
         yield leaving
+        yield from self._regrow()
+
+    def _regrow(self) -> Iterator[GaugeMetricFamily]:
+        """Elastic jobs below their regrow target (the target annotation above Worker replicas), and those whose
+        next probe waits in backoff (status.regrow.nextAttemptTime in the future)."""
+        below = GaugeMetricFamily(
+            "mpijob_elastic_jobs_below_target", "Elastic jobs whose Worker replicas are below their regrow target"
+        )
+        backoff = GaugeMetricFamily(
+            "mpijob_elastic_jobs_regrow_backoff", "Elastic jobs whose next regrow attempt waits in backoff"
+        )
+        now = datetime.now(UTC)
+        low = waiting = 0
+        if self.cache.ready:
+            for key in self.cache.mpijob_keys():
+                job = self.cache.mpijob(key) or {}
+                annotations = (job.get("metadata") or {}).get("annotations") or {}
+                worker = (((job.get("spec") or {}).get("mpiReplicaSpecs") or {}).get("Worker") or {}).get("replicas")
+                target = str(annotations.get(c.ANNOTATION_REGROW_TARGET) or "")
+                if target.isdigit() and isinstance(worker, int) and int(target) > worker:
+                    low += 1
+                regrow = (job.get("status") or {}).get("regrow") or {}
+                next_at = parse_time(regrow.get("nextAttemptTime")) if isinstance(regrow, dict) else None
+                if next_at is not None and next_at > now:
+                    waiting += 1
+        below.add_metric([], float(low))
+        backoff.add_metric([], float(waiting))
+        yield below
+        yield backoff
 
 
 # `mpijob_jobs{state}`: every state a job can be in, so a dashboard's series exist (at 0) before any job does.
