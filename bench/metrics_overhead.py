@@ -36,7 +36,7 @@ def main() -> None:
     for name in Cache.INDEXES:
         cache.indexes[name] = {}
     for pod in pods:
-        cache.indexes["pods"][(pod["metadata"]["namespace"], pod["metadata"]["name"])] = [pod]
+        cache.indexes["pods"][(pod["metadata"]["namespace"], pod["metadata"]["name"])] = pod
     metrics = Metrics()
     config = OperatorConfig()
     n = args.rounds

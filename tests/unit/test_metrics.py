@@ -23,9 +23,9 @@ def _cache(pods: list[dict[str, Any]], jobs: tuple[tuple[str, str], ...] = ()) -
     for name in Cache.INDEXES:
         cache.indexes[name] = {}
     for pod in pods:
-        cache.indexes["pods"][("ns", pod["metadata"]["name"])] = [pod]
+        cache.indexes["pods"][("ns", pod["metadata"]["name"])] = pod
     for key in jobs:
-        cache.indexes["mpijobs"][key] = [{}]
+        cache.indexes["mpijobs"][key] = {}
     return cache
 
 
