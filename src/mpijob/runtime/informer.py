@@ -122,6 +122,8 @@ class Informer:
     counters: Counters = field(default_factory=Counters)
     backoff: Backoff = field(default_factory=Backoff)
     resource_version: str | None = None
+    # Loop time of the next periodic relist.
+    relist_at: float = 0.0
 
     @property
     def name(self) -> str:
@@ -129,14 +131,13 @@ class Informer:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        relist_at = 0.0
         while True:
             try:
-                if self.resource_version is None or loop.time() >= relist_at:
+                if self.resource_version is None or loop.time() >= self.relist_at:
                     await self._list()
-                    relist_at = loop.time() + self.relist * (1 + random.uniform(-JITTER, JITTER))
+                    self.relist_at = loop.time() + self.relist * (1 + random.uniform(-JITTER, JITTER))
                     self.backoff.reset()
-                await self._watch(max(1, int(relist_at - loop.time())))
+                await self._watch(max(1, int(self.relist_at - loop.time())))
             except asyncio.CancelledError:
                 raise
             except Gone:
