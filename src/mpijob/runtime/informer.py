@@ -167,7 +167,11 @@ class Informer:
             page = await self.client.request("GET", self.path, query=query)
             meta = page.get("metadata") or {}
             rv = rv or meta.get("resourceVersion")
+            # Listed items lack the kind and apiVersion a watch event's object has: the same shape either way.
+            kind = str(page.get("kind") or "").removesuffix("List")
             for item in page.get("items") or []:
+                item.setdefault("kind", kind)
+                item.setdefault("apiVersion", page.get("apiVersion"))
                 view = slim(item)
                 items[ident(self.watched, view)] = view
             token = meta.get("continue") or None
