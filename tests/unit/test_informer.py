@@ -268,3 +268,23 @@ def test_no_reconcile_before_every_informer_has_listed() -> None:
         return [*states, controller.warm.is_set(), controller.cache.ready]
 
     assert asyncio.run(go()) == [False, True, True]
+
+
+def test_a_listed_object_has_the_kind_and_api_version_a_watch_event_would_give_it() -> None:
+    kept: list[Obj] = []
+
+    class Keep(Sink):
+        def replaced(self, watched: Any, namespace: str | None, items: dict[Any, Obj]) -> None:
+            kept.extend(items.values())
+
+    page = {"kind": "MPIJobList", "apiVersion": "kubeflow.org/v2beta1", **_list(3, _obj("pi", 2))}
+    server = Server([page], [])
+    informer = Informer(BY_KIND["MPIJob"], "/apis/kubeflow.org/v2beta1/mpijobs", server, Keep())  # type: ignore[arg-type]
+
+    async def go() -> None:
+        task = asyncio.create_task(informer.run())
+        await asyncio.wait_for(server.done.wait(), 5)
+        task.cancel()
+
+    asyncio.run(go())
+    assert [(o["kind"], o["apiVersion"]) for o in kept] == [("MPIJob", "kubeflow.org/v2beta1")]
