@@ -118,8 +118,9 @@ async def run(
         relist=options.resync_period,
         stall=options.watch_stall,
     )
+    # Tasks that run until the operator stops (/healthz watches them); the warm gate ends once warm.
     tasks = [asyncio.create_task(i.run(), name=f"informer {i.name}") for i in watches]
-    tasks.append(asyncio.create_task(controller.warm_up(watches)))
+    warm_up = asyncio.create_task(controller.warm_up(watches))
     health = await _serve_health(options.health_port, tasks) if options.health_port else None
     if options.leader_elect:
         election = asyncio.create_task(_lead(api, options, controller))
@@ -132,9 +133,10 @@ async def run(
 
         election.add_done_callback(election_ended)
         tasks.append(election)
+        election.set_name("leader election")
     else:
         controller.leading.set()
-    tasks.append(asyncio.create_task(controller.run_reconcilers()))
+    tasks.append(asyncio.create_task(controller.run_reconcilers(), name="reconcilers"))
     log.info(
         "operator started: namespaces=%s reconcilers=%d qps=%s burst=%d",
         options.namespaces or "all",
@@ -145,9 +147,9 @@ async def run(
     try:
         await stop.wait()
     finally:
-        for task in tasks:
+        for task in (*tasks, warm_up):
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, warm_up, return_exceptions=True)
         if health is not None:
             await health.cleanup()
         controller.queue.shutdown()
