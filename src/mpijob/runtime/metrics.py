@@ -438,11 +438,10 @@ class _JobStateCollector(Collector):
                 under += status_is_true(status, BELOW_MIN_REPLICAS)
         phases = dict.fromkeys(_PHASES, 0)
         if self.cache.ready:
-            for store in (self.cache.indexes.get("pods") or {}).values():
-                for pod in store:
-                    if ((pod.get("metadata") or {}).get("labels") or {}).get(c.LABEL_JOB_ROLE) == c.ROLE_WORKER:
-                        phase = str((pod.get("status") or {}).get("phase") or "Pending")
-                        phases[phase] = phases.get(phase, 0) + 1
+            for pod in (self.cache.indexes.get("pods") or {}).values():
+                if ((pod.get("metadata") or {}).get("labels") or {}).get(c.LABEL_JOB_ROLE) == c.ROLE_WORKER:
+                    phase = str((pod.get("status") or {}).get("phase") or "Pending")
+                    phases[phase] = phases.get(phase, 0) + 1
         for phase, count in phases.items():
             workers.add_metric([phase], float(count))
         for state, count in counts.items():
