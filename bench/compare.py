@@ -52,7 +52,8 @@ from mpijob_testbed import cluster
 from mpijob_testbed.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
-WORK = ROOT / ".cache" / "compare"
+# MPIJOB_COMPARE_WORK: another directory, so two worktrees sharing one .cache can run side by side.
+WORK = Path(os.environ.get("MPIJOB_COMPARE_WORK") or ROOT / ".cache" / "compare")
 NAMESPACE = "bench"
 BENCH_AGENT = "mpijob-bench"
 ADMIN_USER = "mpijob-testbed-admin"

@@ -36,7 +36,7 @@ def main() -> None:
     for name in Cache.INDEXES:
         cache.indexes[name] = {}
     for pod in pods:
-        cache.indexes["pods"][(pod["metadata"]["namespace"], pod["metadata"]["name"])] = [pod]
+        cache.indexes["pods"][(pod["metadata"]["namespace"], pod["metadata"]["name"])] = pod
     metrics = Metrics()
     config = OperatorConfig()
     n = args.rounds
@@ -53,9 +53,9 @@ def main() -> None:
         "status": {"conditions": [{"type": "Created", "status": "True"}, {"type": "Running", "status": "True"}]},
     }
     for i in range(args.jobs):
-        cache.indexes["mpijobs"][("ns", f"j{i}")] = [running]
+        cache.indexes["mpijobs"][("ns", f"j{i}")] = running
         for k, pod in enumerate(pods):
-            cache.indexes["pods"][("ns", f"j{i}-worker-{k}")] = [pod]
+            cache.indexes["pods"][("ns", f"j{i}-worker-{k}")] = pod
     collectors = (_CacheCollector(cache), _JobStateCollector(cache))
     scrapes = max(1, n // 100)
     t_scrape = timeit.timeit(lambda: [list(col.collect()) for col in collectors], number=scrapes) / scrapes

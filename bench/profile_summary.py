@@ -1,7 +1,7 @@
 """Summarises py-spy's collapsed stacks (`bench/compare.py --profile FILE`): the share of samples in which
 each function appears anywhere on the stack (inclusive) and at the top (self), largest first.
 
-    .venv/bin/python bench/profile_summary.py FILE [--top 30] [--match kopf]
+    .venv/bin/python bench/profile_summary.py FILE [--top 30] [--match informer]
 """
 
 from __future__ import annotations

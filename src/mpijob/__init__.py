@@ -2,6 +2,6 @@
 
 from mpijob import lazyk8s as _lazyk8s
 
-# Before kopf or our client import kubernetes_asyncio: its generated models load on first use only
+# Before our client imports kubernetes_asyncio: its generated models load on first use only
 # (~34 MiB less RSS; mpijob/lazyk8s.py).
 _lazyk8s.install()

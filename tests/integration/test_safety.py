@@ -142,21 +142,12 @@ async def test_refusal_names_the_same_field_on_both_sides(kube: Kube) -> None:
 # -- rule 2: watch gaps are closed ---------------------------------------------------------------------------
 
 
-def _index(entries: dict[tuple[str, str], Obj], key_of: Any = None) -> Any:
-    """A real kopf index (the kind the operator's cache holds), filled as kopf fills it."""
-    from kopf._core.engines.indexing import OperatorIndexer
-
-    indexer = OperatorIndexer()
-    for obj in entries.values():
-        m = obj["metadata"]
-        acckey = (m.get("namespace"), m["name"], m["uid"])
-        indexer.replace(acckey, {(key_of or (lambda o: (o["metadata"]["namespace"], o["metadata"]["name"])))(obj): obj})
-    return indexer.index
-
-
 async def test_relist_drops_ghosts_keeps_live_objects_and_enqueues_their_jobs(kube: Kube) -> None:
-    from mpijob.runtime import resync
-    from mpijob.runtime.cache import Cache
+    from mpijob.executor.apply import Executor
+    from mpijob.planner.snapshot import OperatorConfig
+    from mpijob.runtime.controller import Controller
+    from mpijob.runtime.informer import Informer
+    from mpijob.runtime.kinds import BY_KIND
 
     live = await kube.create(
         {
@@ -167,35 +158,33 @@ async def test_relist_drops_ghosts_keeps_live_objects_and_enqueues_their_jobs(ku
         }
     )
     ghost = {
-        # Deleted while the watch was down: the cache still has it; the API server does not.
+        # Deleted while no watch ran: the cache still has it; the API server does not.
         "metadata": {
             "namespace": kube.ns,
             "name": "gone-worker-3",
             "uid": "00000000-dead-beef-0000-000000000003",
             "resourceVersion": "1",
             "labels": {"training.kubeflow.org/job-name": "gone"},
-        }
+        },
+        "spec": {"nodeName": "node-1"},
     }
-    fresh = {
-        # Seen after the list was taken (a higher resourceVersion): not a ghost, whatever the list says.
-        "metadata": {"namespace": kube.ns, "name": "new-config", "uid": "uid-new", "resourceVersion": str(10**15)}
-    }
-    cache = Cache()
-    empty: dict[tuple[str, str], Obj] = {}
-    cache.indexes = {name: _index(empty) for name in Cache.INDEXES}
-    cache.indexes["pods"] = _index({("x", "y"): ghost})
-    cache.indexes["configmaps"] = _index({("a", "b"): live, ("c", "d"): fresh})
-    ghosts: list[tuple[str, str]] = []
+    controller = Controller(Executor(kube.client), OperatorConfig())
+    pods, config_maps = BY_KIND["Pod"], BY_KIND["ConfigMap"]
+    controller.observed(pods, "ADDED", ghost)
+    controller.observed(config_maps, "ADDED", live)
+    controller.cache.listed.update({"Pod", "ConfigMap"})  # both were listed before the gap
+    while len(controller.queue):
+        controller.queue.done(await controller.queue.get())
 
-    dropped = await resync.relist_once(
-        kube.client, cache, lambda kind, obj: ghosts.append((kind, obj["metadata"]["name"])), [kube.ns]
-    )
+    # The relist an informer makes after a 410 Gone, against the real API server.
+    for kind in (pods, config_maps):
+        await Informer(kind, kind.ns_path.format(ns=kube.ns), kube.client, controller, namespace=kube.ns)._list()  # type: ignore[union-attr]
 
-    assert dropped == 1
-    assert ghosts == [("Pod", "gone-worker-3")]
-    assert cache.pod(kube.ns, "gone-worker-3") is None
-    assert (kube.ns, "live-config") in cache.indexes["configmaps"]
-    assert (kube.ns, "new-config") in cache.indexes["configmaps"]
+    assert controller.stats.ghosts == 1
+    assert controller.cache.pod(kube.ns, "gone-worker-3") is None
+    assert controller.cache.jobs_on_node("node-1") == []  # and out of the pod indexes
+    assert (kube.ns, "gone") in controller.queue._dirty  # its job plans again without it
+    assert (kube.ns, "live-config") in controller.cache.indexes["configmaps"]
 
 
 # -- rule 6: hostile annotations and status values through the real API server -------------------------------

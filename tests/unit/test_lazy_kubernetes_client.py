@@ -10,7 +10,7 @@ import sys
 
 _PROBE = """
 import json, sys
-import mpijob.runtime.operator  # noqa: F401 (kopf, the client, leader election)
+import mpijob.runtime.operator  # noqa: F401 (the informers, the client, leader election)
 import kubernetes_asyncio.leaderelection.resourcelock.leaselock  # noqa: F401
 prefixes = ("kubernetes_asyncio.client.models.", "kubernetes_asyncio.client.api.")
 loaded = [m for m in sys.modules if m.startswith(prefixes)]
@@ -54,16 +54,13 @@ def test_every_name_the_client_packages_export_resolves_to_the_library_object() 
 
 
 def test_watch_events_decode_as_the_standard_library_decodes_them() -> None:
-    # kopf's watch stream decodes with orjson (runtime/operator.py); same values, and the standard
-    # library's answer for what orjson refuses.
-    from kopf._cogs.clients import api as kopf_api
+    # The informers decode every watch line with orjson (runtime/informer.py); same values, and the
+    # standard library's answer for what orjson refuses.
+    from mpijob.runtime import informer
 
-    from mpijob.runtime import operator
-
-    operator._fast_watch_decoding()
     for text in (
         '{"type": "MODIFIED", "object": {"metadata": {"resourceVersion": "42", "generation": 9223372036854775807}}}',
         '{"s": "\\u00e9\\ud83d\\ude00", "f": 1.5, "n": null, "b": [true, false]}',
         '{"lone": "\\ud800"}',
     ):
-        assert kopf_api.json.loads(text) == json.loads(text)
+        assert informer.loads(text.encode()) == json.loads(text)

@@ -23,9 +23,9 @@ def _cache(pods: list[dict[str, Any]], jobs: tuple[tuple[str, str], ...] = ()) -
     for name in Cache.INDEXES:
         cache.indexes[name] = {}
     for pod in pods:
-        cache.indexes["pods"][("ns", pod["metadata"]["name"])] = [pod]
+        cache.indexes["pods"][("ns", pod["metadata"]["name"])] = pod
     for key in jobs:
-        cache.indexes["mpijobs"][key] = [{}]
+        cache.indexes["mpijobs"][key] = {}
     return cache
 
 
@@ -189,7 +189,7 @@ def test_jobs_by_state_and_jobs_below_min_replicas_are_read_from_the_cache_at_sc
         "new": [],
     }
     for name, conditions in jobs.items():
-        cache.indexes["mpijobs"][("ns", name)] = [{"metadata": {"name": name}, "status": {"conditions": conditions}}]
+        cache.indexes["mpijobs"][("ns", name)] = {"metadata": {"name": name}, "status": {"conditions": conditions}}
     m = Metrics()
     m.registry.register(_JobStateCollector(cache))
 
@@ -202,12 +202,14 @@ def test_jobs_by_state_and_jobs_below_min_replicas_are_read_from_the_cache_at_sc
     assert m.registry.get_sample_value("mpijob_jobs", {"state": "Failed"}) == 0  # present at 0, not absent
 
     # At scrape time: the floor held again is seen by the next scrape, with no hook in between.
-    cache.indexes["mpijobs"][("ns", "running-below")][0]["status"]["conditions"][2]["status"] = "False"
+    cache.indexes["mpijobs"][("ns", "running-below")]["status"]["conditions"][2]["status"] = "False"
     assert _value(m, "mpijob_elastic_jobs_below_min_replicas") == 0
 
 
 def test_an_unready_cache_reports_zero_jobs_rather_than_a_partial_count() -> None:
-    cache = Cache()  # no index captured yet
+    cache = Cache()
+    cache.ready = False  # not every informer has listed yet
+    cache.indexes["mpijobs"][("ns", "half-listed")] = {"metadata": {"name": "half-listed"}, "status": {}}
     m = Metrics()
     m.registry.register(_JobStateCollector(cache))
     assert m.registry.get_sample_value("mpijob_elastic_jobs_below_min_replicas") == 0
@@ -248,8 +250,8 @@ def test_regrow_probes_are_counted_created_timed_out_and_bound_and_the_gauges_re
     assert _value(m, "mpijob_elastic_regrow_probes_total", result="timed-out") == 2
     # The gauges read the job as the cache holds it: below its target, waiting in backoff.
     job = copy.deepcopy(world.job("pi"))
-    cache.indexes["mpijobs"][("ns", "pi")] = [job]
-    cache.indexes["mpijobs"][("ns", "other")] = [{"metadata": {}, "spec": {}}]
+    cache.indexes["mpijobs"][("ns", "pi")] = job
+    cache.indexes["mpijobs"][("ns", "other")] = {"metadata": {}, "spec": {}}
     job["status"]["regrow"]["nextAttemptTime"] = "2999-01-01T00:00:00Z"  # the scrape runs on the real clock
     m.registry.register(_CacheCollector(cache))  # what attach() registers
     text = generate_latest(m.registry).decode()

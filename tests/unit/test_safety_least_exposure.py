@@ -14,7 +14,6 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import kopf
 import yaml
 
 from mpijob.api import constants as c
@@ -24,7 +23,7 @@ from mpijob.planner.actions import Create, Emit, Patch, RequeueAfter
 from mpijob.planner.child_writes import SECRET_RETRY_SECONDS
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import OperatorConfig
-from mpijob.runtime import resync, slim
+from mpijob.runtime import kinds, slim
 from mpijob.runtime.controller import Controller
 
 from .builders import cond, mpijob, secret, snap, status_of
@@ -190,15 +189,15 @@ def test_the_executor_reports_the_uid_of_an_exclusive_create_and_goes_on() -> No
 
 
 def test_the_operator_neither_watches_nor_relists_secrets() -> None:
-    registry = kopf.OperatorRegistry()
-    Controller(Executor(RecordingClient()), OperatorConfig()).register(registry)  # type: ignore[arg-type]
-
-    selectors = [*registry._indexing.get_all_selectors(), *registry._watching.get_all_selectors()]
-    # A selector made from (group, version, plural) keeps the plural as `any_name`.
-    watched = {s.plural or s.any_name for s in selectors}
-    assert "pods" in watched and "configmaps" in watched
-    assert "secrets" not in watched
-    assert "Secret" not in resync.BY_KIND
+    for gang in ("", "volcano", "scheduler-plugins-scheduler"):
+        config = OperatorConfig(gang_scheduler=gang)
+        controller = Controller(Executor(RecordingClient()), config)  # type: ignore[arg-type]
+        # Every list and watch the informers make goes to one of these paths.
+        paths = [p for w in controller.kinds for p in (*w.paths([]), *w.paths(["ns"]))]
+        assert any(p.endswith("/pods") for p in paths) and any(p.endswith("/configmaps") for p in paths)
+        assert not any("secrets" in p for p in paths), paths
+        assert "Secret" not in controller.by_kind
+    assert "Secret" not in kinds.BY_KIND
 
 
 def _rules() -> list[dict[str, Any]]:

@@ -55,8 +55,8 @@ def test_cache_view_of_a_job_leaves_out_pods_of_other_namespaces() -> None:
     uid = job["metadata"]["uid"]
     cache = Cache()
     cache.indexes = {
-        "mpijobs": {("team-a", "pi"): [job]},
-        "pods": {("team-a", "pi-worker-0"): [ours], ("team-b", "pi-worker-1"): [impostor]},
+        "mpijobs": {("team-a", "pi"): job},
+        "pods": {("team-a", "pi-worker-0"): ours, ("team-b", "pi-worker-1"): impostor},
         "jobs": {},
         "services": {},
         "configmaps": {},

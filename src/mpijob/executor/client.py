@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+import aiohttp
 import orjson
 from kubernetes_asyncio.client import ApiClient
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -142,6 +143,26 @@ class Client:
             reason = str(getattr(raw, "reason", ""))
             raise ApiError(status, reason, data.decode(errors="replace") if isinstance(data, bytes) else str(data))
         return _loads(data) if data else None
+
+    async def stream(self, path: str, query: list[tuple[str, str]], connect: float = 30.0) -> Any:
+        """A long-running GET (a watch): the aiohttp response, its body unread, whatever its status. The
+        caller reads and closes it, and bounds its reads (the server ends a watch; only connecting is bounded
+        here). Within the QPS budget, like every request."""
+        await self.bucket.take()
+        self.requests += 1
+        response = await self.api.call_api(
+            path,
+            "GET",
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect),
+        )
+        raw = response[0] if isinstance(response, tuple) else response
+        if self.on_response is not None:
+            self.on_response("GET", path, int(getattr(raw, "status", 0)))
+        return raw
 
     async def get(self, path: str) -> Any:
         return await self.request("GET", path)

@@ -1,8 +1,6 @@
-"""The operator's view of the cluster: kopf indexes, filled from watch streams, read to build snapshots.
-
-kopf keeps each index up to date (adds, replaces, forgets deleted objects) and holds back all event
-handlers until every index has its initial listing: so the first handler call means the cache is warm.
-"""
+"""The operator's view of the cluster: one store per watched kind (key -> slimmed object), filled by the
+informers (runtime/informer.py, through the controller), read to build snapshots; plus the pod indexes the
+planner needs (by controller uid, by node)."""
 
 from __future__ import annotations
 
@@ -18,12 +16,15 @@ Key = tuple[str, str]
 
 
 def _one(index: Any, key: Any) -> Any:
-    if index is None:
-        return None
-    store = index.get(key)
-    if not store:
-        return None
-    return next(iter(store))
+    return None if index is None else index.get(key)
+
+
+def _controller_ref(meta: Any) -> dict[str, Any] | None:
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller"):
+            found: dict[str, Any] = ref
+            return found
+    return None
 
 
 def _controller_uid(obj: Obj) -> str | None:
@@ -87,28 +88,44 @@ class Cache:
     )
 
     def __init__(self, extra: tuple[str, ...] = ()) -> None:
-        self.indexes: dict[str, Any] = {}
         # Optional indexes (e.g. "podgroups", only with --gang-scheduling: their CRD may not exist).
         self.required = self.INDEXES + extra
-        # Secondary pod maps, kept by us rather than as two more kopf indexes: kopf invokes every indexer
-        # through its handler machinery on every pod event, which cost more than the maps themselves.
-        # Filled from the pods indexer (so complete before any handler runs, like a kopf index); entries
-        # of deleted pods are dropped by the pod event handler. A stale entry is harmless: every lookup
-        # goes through the pods index, which kopf updates first.
+        self.indexes: dict[str, dict[Any, Obj]] = {name: {} for name in self.required}
+        # Whether every store has had its first list (the controller clears it until the informers have).
+        self.ready = True
+        # Kinds listed at least once (a later list that lacks an object found a ghost).
+        self.listed: set[str] = set()
+        # Secondary pod maps, kept in step with the pods store by put/remove. A stale entry is harmless:
+        # every lookup goes through the pods store.
         self._pod_refs: dict[Key, tuple[str, str | None, str | None, Key | None]] = {}
         self._by_owner: dict[str, set[Key]] = {}
         self._by_node: dict[str, dict[Key, Key]] = {}
 
-    @property
-    def ready(self) -> bool:
-        return len(self.indexes) == len(self.required)
+    def put(self, index: str, key: Any, obj: Obj) -> None:
+        self.indexes[index][key] = obj
+        if index == "pods":
+            meta = obj.get("metadata") or {}
+            ref = _controller_ref(meta)
+            job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
+            self.pod_seen(
+                key,
+                str(meta.get("uid")),
+                str(ref["uid"]) if ref else None,
+                (obj.get("spec") or {}).get("nodeName") or None,
+                (key[0], str(job)) if job else None,
+            )
 
-    def capture(self, kwargs: Mapping[str, Any]) -> None:
-        """kopf hands the (live) indexes to every handler; keep references to them."""
-        if not self.ready:
-            for name in self.required:
-                if name in kwargs:
-                    self.indexes[name] = kwargs[name]
+    def remove(self, index: str, key: Any, uid: Any) -> None:
+        """Forgets the object, unless the store holds a newer one of the same name (another uid)."""
+        store = self.indexes[index]
+        old = store.get(key)
+        if old is not None and (uid is None or (old.get("metadata") or {}).get("uid") in (uid, None)):
+            del store[key]
+        if index == "pods":
+            self.pod_gone(key, str(uid))
+
+    def get(self, index: str, key: Any) -> Obj | None:
+        return self.indexes[index].get(key) if index in self.indexes else None
 
     def mpijob(self, key: Key) -> Obj | None:
         value: Obj | None = _one(self.indexes.get("mpijobs"), key)
@@ -161,7 +178,7 @@ class Cache:
         # names this uid (copied by hand) is not this job's.
         keys = [k for k in self._by_owner.get(uid) or () if k[0] == namespace]
         pods = (_one(self.indexes["pods"], k) for k in keys)
-        # Checked against the pods index: an entry outlives its pod until the deletion handler runs.
+        # Checked against the pods store: the owner map is only a way in.
         return [p for p in pods if p is not None and _controller_uid(p) == uid]
 
     def jobs_on_node(self, node: str) -> list[Key]:

@@ -1,7 +1,9 @@
 """The level-triggered loop: watch events only enqueue job keys; workers reconcile a key at a time.
 
-reconcile(key) = snapshot from the cache -> plan(snapshot) -> executor.apply(actions). Only kopf's
-low-level handlers are used (`index`, `on.event`), so kopf writes nothing to the watched objects.
+reconcile(key) = cache -> plan -> apply -> remember: a snapshot from the cache (once the cache shows what we
+wrote last: `Expectations`), the pure plan(snapshot), the executor applying it, and what the write taught us
+kept for the job's next reconcile. The informers (runtime/informer.py) feed the cache through `replaced` and
+`observed`; nothing here writes to a watched object but the executor.
 """
 
 from __future__ import annotations
@@ -9,59 +11,32 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
-import kopf
 import orjson
 
-from mpijob.api import constants as c
-from mpijob.api.models import GROUP, KIND, PLURAL, VERSION
+from mpijob.api.objects import Obj
 from mpijob.executor.apply import Executor, Outcome
 from mpijob.executor.client import ApiError
-from mpijob.planner import podgroups
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import OperatorConfig
-from mpijob.runtime import resync, slim
 from mpijob.runtime.cache import Cache, Key
+from mpijob.runtime.informer import Informer, ident
+from mpijob.runtime.kinds import Watched, job_names_for, watched
 from mpijob.runtime.workqueue import WorkQueue
 
 log = logging.getLogger("mpijob.controller")
 
-# Child-name suffixes: an object named like a child of job J maps to J even when J does not own it,
-# so a conflicting object that goes away wakes its job up.
 # How long a reconcile waits for the cache to show pods it created before planning anyway.
 EXPECTATION_TIMEOUT = 10.0
 # Rounds of live reads one reconcile may do before planning (each round is bounded by the planner).
 CONFIRM_ROUNDS = 3
-_SUFFIXES = tuple(name("") for name in (c.launcher_name, c.config_map_name, c.secret_name, c.pdb_name))
 
-
-def _controller_ref(meta: Any) -> dict[str, Any] | None:
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("controller"):
-            found: dict[str, Any] = ref
-            return found
-    return None
-
-
-def _job_names_for(name: str, labels: Any, meta: Any) -> list[str]:
-    names = []
-    ref = _controller_ref(meta)
-    if ref is not None and ref.get("kind") == KIND:
-        names.append(str(ref.get("name")))
-    job_label = (labels or {}).get(c.LABEL_JOB_NAME)
-    if job_label:
-        names.append(str(job_label))
-    for suffix in _SUFFIXES:
-        if name.endswith(suffix):
-            names.append(name[: -len(suffix)])
-    head, sep, tail = name.rpartition("-worker-")
-    if sep and tail.isdigit():
-        names.append(head)
-    return list(dict.fromkeys(names))
+# Kept for callers that map names to jobs (e.g. metrics, tests).
+_job_names_for = job_names_for
 
 
 def _rv(obj: Any) -> int:
@@ -82,12 +57,9 @@ def _fingerprint(view: dict[str, Any]) -> int:
     return hash(orjson.dumps({**view, "metadata": meta}, default=repr))
 
 
-def _raw(body: Any) -> Any:
-    """The plain dict under kopf's read-only `Body` view: slimming reads many fields, and every read through
-    the view resolves a path (slim + fingerprint of a pod: 57 us through the view, 38 us on the dict).
-    The view itself when kopf's layout differs."""
-    src = getattr(body, "_src", None)
-    return src if isinstance(src, dict) and not getattr(body, "_path", ()) else body
+def _same_version(a: Obj, b: Obj) -> bool:
+    ma, mb = a.get("metadata") or {}, b.get("metadata") or {}
+    return bool(ma.get("uid") == mb.get("uid") and ma.get("resourceVersion") == mb.get("resourceVersion"))
 
 
 @dataclass
@@ -98,12 +70,69 @@ class Stats:
     writes: int = 0
     errors: int = 0
     conflicts: int = 0
-    # Cached objects found gone from the API server (relist or a 404 on a write) and dropped.
+    # Cached objects found gone from the API server (a relist or a 404 on a write) and dropped.
     ghosts: int = 0
     # GETs made to confirm that an object missing from the cache is really gone.
     live_reads: int = 0
     reconcile_seconds: float = 0.0
     started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Expectations:
+    """What a job's last reconcile wrote and the cache must show before the job is planned again, and what
+    it learnt that the cache cannot show (client-go's expectations, plus two hand-overs)."""
+
+    # resourceVersion we last wrote of the MPIJob and of its discovery ConfigMap: a cache older than that
+    # is stale (our own watch event is on its way and will enqueue the job again), so planning on it would
+    # only cause a 409 or undo the write.
+    job_rv: dict[Key, int] = field(default_factory=dict)
+    config_map_rv: dict[Key, int] = field(default_factory=dict)
+    # Pods we created, until the cache shows them (or the deadline passes): planning before would count them
+    # as missing (Append would even pick new indexes for them).
+    pods: dict[Key, tuple[set[str], float]] = field(default_factory=dict)
+    # uids of the objects we created (SSH Secrets: not watched), until the job's status records them, so a
+    # reconcile after a 409 on the status write still knows the Secret is ours.
+    created: dict[Key, dict[tuple[str, str], str | None]] = field(default_factory=dict)
+    # Answers of live reads (ConfirmAbsence) of a reconcile that ran out of rounds before its plan could
+    # be made, for the job's next reconcile (queued at once), until a plan is made: a job that needs more
+    # reads than one reconcile may make (more than CONFIRM_ROUNDS x MAX_CONFIRMATIONS workers gone while
+    # the operator was down) is planned after several reconciles instead of asking the same first reads
+    # forever. A carried answer may only be conservative when it ages: "gone" stays gone (a name of ours is
+    # not made again while no plan is made), "exists" at worst keeps a worker or node a plan longer.
+    carried_checks: dict[Key, dict[tuple[str, str], bool]] = field(default_factory=dict)
+
+    def forget(self, key: Key) -> None:
+        for kept in (self.job_rv, self.config_map_rv, self.pods, self.created, self.carried_checks):
+            kept.pop(key, None)
+
+    def wait(self, key: Key, job: Obj, cache: Cache) -> float | None:
+        """Seconds to wait before planning (the cache is behind our writes), or None: plan now."""
+        if _rv(job) < self.job_rv.get(key, 0):
+            log.debug("%s/%s: cache at rv %s, we wrote %s; waiting", *key, _rv(job), self.job_rv.get(key))
+            return 1.0  # fallback only: the watch event for our write normally comes first
+        cm_version = cache.config_map_version(*key)
+        if cm_version is None:
+            self.config_map_rv.pop(key, None)  # gone: nothing to wait for (the plan makes it again)
+        elif _rv(cm_version) < self.config_map_rv.get(key, 0):
+            log.debug("%s/%s: discovery ConfigMap cache behind our write; waiting", *key)
+            return 1.0  # likewise for the discovery write of a deferred reconcile
+        expected = self.pods.get(key)
+        if expected is not None:
+            names, deadline = expected
+            if time.monotonic() <= deadline and not all(cache.pod(key[0], n) is not None for n in names):
+                log.debug("%s/%s: waiting for the cache to show the pods we created", *key)
+                return 0.05  # our pod creates are not in the cache yet; their events will enqueue us too
+            del self.pods[key]
+        return None
+
+    def remember(self, key: Key, outcome: Outcome) -> None:
+        if outcome.job_resource_version is not None:
+            self.job_rv[key] = _rv(outcome.job_resource_version)
+        if outcome.config_map_resource_version is not None:
+            self.config_map_rv[key] = _rv(outcome.config_map_resource_version)
+        if outcome.created_pods:
+            self.pods[key] = (set(outcome.created_pods), time.monotonic() + EXPECTATION_TIMEOUT)
 
 
 class Controller:
@@ -116,7 +145,10 @@ class Controller:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         # PodGroups are watched only with gang scheduling on: without it their CRD need not exist.
-        self.cache = Cache(("podgroups",) if config.gang_scheduler else ())
+        self.kinds = watched(config.gang_scheduler)
+        self.by_kind = {w.kind: w for w in self.kinds}
+        self.cache = Cache(tuple(w.index for w in self.kinds if w.index not in Cache.INDEXES))
+        self.cache.ready = False  # until every informer has listed (the warm gate)
         self.queue = WorkQueue()
         self.executor = executor
         self.config = config
@@ -125,26 +157,14 @@ class Controller:
         self.clock = clock
         self.stats = Stats()
         self.warm = asyncio.Event()
-        # resourceVersion we last wrote per job: a cache older than that is stale (our own watch event
-        # is on its way and will enqueue the job again), so planning on it would only cause a 409.
-        self.written: dict[Key, int] = {}
-        self.expected_pods: dict[Key, tuple[set[str], float]] = {}
-        # uids of the SSH Secrets we created, until the job's status records them (Secrets are not watched,
-        # so this is how a reconcile after a 409 on the status write still knows the Secret is ours).
-        self.created: dict[Key, dict[tuple[str, str], str | None]] = {}
-        self.written_config_maps: dict[Key, int] = {}
-        # Answers of live reads (ConfirmAbsence) of a reconcile that ran out of rounds before its plan could
-        # be made, for the job's next reconcile (queued at once), until a plan is made: a job that needs more
-        # reads than one reconcile may make (more than CONFIRM_ROUNDS x MAX_CONFIRMATIONS workers gone while
-        # the operator was down) is planned after several reconciles instead of asking the same first reads
-        # forever. A carried answer may only be conservative when it ages: "gone" stays gone (a name of ours is
-        # not made again while no plan is made), "exists" at worst keeps a worker or node a plan longer.
-        self.carried_checks: dict[Key, dict[tuple[str, str], bool]] = {}
+        self.expectations = Expectations()
         self.leading = asyncio.Event()
         # Leadership fences every write, not only each dequeued key (issue 8, rule 11).
         executor.fence = self.leading.is_set
-        # Per handler: (namespace, name) -> fingerprint of what the planner last saw of the object.
-        self.fingerprints: dict[str, dict[tuple[Any, Any], int]] = {}
+        # Per kind: store key -> fingerprint of what the planner last saw of the object.
+        self.fingerprints: dict[str, dict[Any, int]] = {}
+        # Per kind: called with (event type, object) for every event that reaches the queue (metrics).
+        self.listeners: dict[str, list[Callable[[str, Obj], None]]] = {}
 
     def stats_line(self) -> str:
         s = self.stats
@@ -154,243 +174,106 @@ class Controller:
             f"requests={requests} reconcile_seconds={s.reconcile_seconds:.3f}"
         )
 
-    # -- watch side --------------------------------------------------------------------------------
-    def register(self, registry: kopf.OperatorRegistry) -> None:
-        cache = self.cache
+    # -- watch side (the informers' sink) ----------------------------------------------------------
+    def observed(self, w: Watched, type: str, obj: Obj) -> None:
+        """One watch event: the cache first, then (unless it changed nothing the planner reads) the jobs it
+        concerns are queued. No worker sees a key before the cache shows the object."""
+        self.stats.events += 1
+        key = ident(w, obj)
+        if type == "DELETED":
+            self.cache.remove(w.index, key, (obj.get("metadata") or {}).get("uid"))
+            self.fingerprints.get(w.kind, {}).pop(key, None)
+        else:
+            self.cache.put(w.index, key, obj)
+            if w.fingerprinted and not self._changed(self.fingerprints.setdefault(w.kind, {}), key, obj):
+                return
+        if w.kind == "MPIJob" and log.isEnabledFor(logging.DEBUG):
+            log.debug("MPIJob event %s %s rv=%s", type, key, obj["metadata"].get("resourceVersion"))
+        for listener in self.listeners.get(w.kind, ()):
+            listener(type, obj)
+        for job in self._keys(w, obj):
+            self.queue.add(job)
 
-        def child_keys(namespace: str, name: str, labels: Any, meta: Any, **_: Any) -> list[Key]:
-            return [(namespace, n) for n in _job_names_for(name, labels, meta)]
+    def replaced(self, w: Watched, namespace: str | None, items: dict[Any, Obj]) -> None:
+        """A list: the store becomes `items`. What the store had and the list lacks was deleted while no
+        watch ran (it is delivered as a deletion); what is new or changed, as an event."""
+        store = self.cache.indexes[w.index]
+        relist = w.kind in self.cache.listed
+        gone = [obj for k, obj in store.items() if k not in items and (namespace is None or k[0] == namespace)]
+        for obj in gone:
+            if relist:
+                self.stats.ghosts += 1
+                meta = obj["metadata"]
+                log.warning(
+                    "dropping %s %s/%s from the cache: gone from the API server (relist)",
+                    w.kind,
+                    meta.get("namespace"),
+                    meta.get("name"),
+                )
+            self.observed(w, "DELETED", obj)
+        for k, obj in items.items():
+            old = store.get(k)
+            if old is None or not _same_version(old, obj):
+                self.observed(w, "ADDED" if old is None else "MODIFIED", obj)
+        self.cache.listed.add(w.kind)
 
-        # Every indexer and handler is a coroutine: kopf runs plain functions in a thread pool, and the
-        # hand-off (submit, future, wake-up) cost more than the functions themselves (docs/design.md).
-        def index(*resource: str, fn: Callable[..., Any], name: str) -> None:
-            async def indexer(**kwargs: Any) -> Any:
-                return fn(**{**kwargs, "body": _raw(kwargs["body"])})
+    def _keys(self, w: Watched, obj: Obj) -> Iterable[Key]:
+        if w.keys is not None:
+            return w.keys(obj)
+        return self.cache.jobs_on_node(str(obj["metadata"].get("name"))) if self.cache.ready else []
 
-            indexer.__name__ = name
-            kopf.index(*resource, id=name, registry=registry)(indexer)
-
-        index(
-            GROUP,
-            VERSION,
-            PLURAL,
-            name="mpijobs",
-            fn=lambda namespace, name, body, **_: {(namespace, name): slim.mpijob(body)},
-        )
-
-        pods_seen = self.fingerprints.setdefault("pod_events", {})
-
-        def pods(namespace: str, name: str, body: Any, **_: Any) -> Any:
-            meta = body.get("metadata") or {}
-            spec = body.get("spec") or {}
-            labels = meta.get("labels") or {}
-            ref = _controller_ref(meta)
-            job = (labels or {}).get(c.LABEL_JOB_NAME)
-            cache.pod_seen(
-                (namespace, name),
-                str(meta.get("uid")),
-                str(ref["uid"]) if ref else None,
-                spec.get("nodeName") or None,
-                (namespace, str(job)) if job else None,
-            )
-            view = slim.pod(body)
-            # The pod event handler's work for every event but a deletion, done here: kopf runs the indexer
-            # on every other pod event anyway, and a second kopf invocation per pod event (the largest
-            # stream) cost more than the work itself (docs/design.md). kopf stores what this returns in
-            # the index before it yields to the event loop, so no worker sees the key before the pod.
-            self.stats.events += 1
-            if self._changed(pods_seen, (namespace, name), view):
-                for key in child_keys(namespace, name, labels, meta):
-                    self.queue.add(key)
-            return {(namespace, name): view}
-
-        index("v1", "pods", name="pods", fn=pods)
-        index(
-            "batch",
-            "v1",
-            "jobs",
-            name="jobs",
-            fn=lambda namespace, name, body, **_: {(namespace, name): slim.batch_job(body)},
-        )
-        for resource, idx, kind in (
-            (("v1", "services"), "services", "Service"),
-            (("v1", "configmaps"), "configmaps", "ConfigMap"),
-            (("policy", "v1", "poddisruptionbudgets"), "pdbs", "PodDisruptionBudget"),
-            (("v1", "serviceaccounts"), "serviceaccounts", "ServiceAccount"),
-            (("rbac.authorization.k8s.io", "v1", "roles"), "roles", "Role"),
-            (("rbac.authorization.k8s.io", "v1", "rolebindings"), "rolebindings", "RoleBinding"),
-        ):
-            index(
-                *resource,
-                name=idx,
-                fn=lambda namespace, name, body, _kind=kind, **_: {(namespace, name): slim.owned_object(body, _kind)},
-            )
-        index("v1", "nodes", name="nodes", fn=lambda name, body, **_: {name: slim.node(body)})
-
-        def on_event(
-            resource: tuple[str, ...],
-            mapper: Callable[..., list[Key]],
-            hid: str,
-            view: Callable[[Any], Any] | None = None,
-            deletions_only: bool = False,
-            trace: bool = False,
-        ) -> None:
-            """`view`, when given, is what the planner reads of the object: an event that leaves it as it
-            was (a node heartbeat, a pod status write that changes nothing we read) enqueues nothing."""
-            seen = self.fingerprints.setdefault(hid, {})
-
-            async def handler(**kwargs: Any) -> None:
-                cache.capture(kwargs)
-                if cache.ready and not self.warm.is_set():
-                    self.warm.set()
-                self.stats.events += 1
-                if trace and log.isEnabledFor(logging.DEBUG):
-                    meta = kwargs["body"].get("metadata") or {}
-                    log.debug(
-                        "%s event %s %s/%s rv=%s",
-                        hid,
-                        kwargs.get("type") or "LISTED",
-                        meta.get("namespace"),
-                        meta.get("name"),
-                        meta.get("resourceVersion"),
-                    )
-                if view is not None:
-                    meta = kwargs["body"].get("metadata") or {}
-                    ident = (meta.get("namespace"), meta.get("name"))
-                    if kwargs.get("type") == "DELETED":
-                        seen.pop(ident, None)
-                        if hid == "pod_events":
-                            cache.pod_gone((str(ident[0]), str(ident[1])), str(meta.get("uid")))
-                    elif not self._changed(seen, ident, view(_raw(kwargs["body"]))):
-                        return
-                for key in mapper(**kwargs):
-                    self.queue.add(key)
-
-            handler.__name__ = hid
-            # `when` is checked before kopf's handler machinery: cheaper than an invocation that returns.
-            when = (lambda type, **_: type == "DELETED") if deletions_only else None
-            kopf.on.event(*resource, id=hid, registry=registry, when=when)(handler)
-
-        def job_key(namespace: str, name: str, **_: Any) -> list[Key]:
-            return [(namespace, name)]
-
-        def node_keys(name: str, **_: Any) -> list[Key]:
-            return cache.jobs_on_node(name) if cache.ready else []
-
-        # Every MPIJob event counts (its resourceVersion is how we know our own writes reached the cache).
-        on_event((GROUP, VERSION, PLURAL), job_key, "mpijob_events", trace=True)
-        # Only deletions: the pods indexer handles every other pod event (kopf does not index a deletion).
-        on_event(("v1", "pods"), child_keys, "pod_events", view=slim.pod, deletions_only=True)
-        on_event(("batch", "v1", "jobs"), child_keys, "job_events")
-
-        def service_keys(namespace: str, name: str, labels: Any, meta: Any, **_: Any) -> list[Key]:
-            # The Service is named exactly like its job: a conflicting one going away must wake the job.
-            return list(dict.fromkeys([(namespace, name), *child_keys(namespace, name, labels, meta)]))
-
-        on_event(("v1", "services"), service_keys, "service_events")
-        on_event(("v1", "configmaps"), child_keys, "configmap_events")
-        on_event(("policy", "v1", "poddisruptionbudgets"), child_keys, "pdb_events")
-        on_event(("v1", "serviceaccounts"), child_keys, "serviceaccount_events")
-        on_event(("rbac.authorization.k8s.io", "v1", "roles"), child_keys, "role_events")
-        on_event(("rbac.authorization.k8s.io", "v1", "rolebindings"), child_keys, "rolebinding_events")
-        on_event(("v1", "nodes"), node_keys, "node_events", view=slim.node)
-        if self.config.gang_scheduler:
-            group, _, version = podgroups.api_version(self.config.gang_scheduler).partition("/")
-            index(
-                group,
-                version,
-                "podgroups",
-                name="podgroups",
-                fn=lambda namespace, name, body, **_: {(namespace, name): slim.owned_object(body, "PodGroup")},
-            )
-            # Named exactly like its job, like the Service.
-            on_event((group, version, "podgroups"), service_keys, "podgroup_events")
-
-    def _changed(self, seen: dict[tuple[Any, Any], int], ident: tuple[Any, Any], view: Any) -> bool:
+    def _changed(self, seen: dict[Any, int], key: Any, view: Obj) -> bool:
         """Whether this event changed what the planner reads of the object (remembered in `seen`); an event
-        that did not (a node heartbeat, a pod status write that changes nothing we read) is counted as
-        ignored."""
+        that did not is counted as ignored."""
         fingerprint = _fingerprint(view)
-        if seen.get(ident) == fingerprint:
+        if seen.get(key) == fingerprint:
             self.stats.events_ignored += 1
             return False
-        seen[ident] = fingerprint
+        seen[key] = fingerprint
         return True
 
-    def forget_ghost(self, kind: str, obj: dict[str, Any]) -> None:
-        """Enqueues the jobs a cached object that is gone from the API server belonged to (before it is
-        dropped from the cache): they plan again without it."""
-        meta = obj.get("metadata") or {}
-        ns, name = meta.get("namespace"), str(meta.get("name"))
-        self.stats.ghosts += 1
-        if kind == "Node":
-            keys = self.cache.jobs_on_node(name) if self.cache.ready else []
-        elif kind == "MPIJob":
-            keys = [(str(ns), name)]
-        else:
-            keys = [(str(ns), n) for n in _job_names_for(name, meta.get("labels"), meta)]
-            if kind == "Service":
-                keys.append((str(ns), name))
-        for key in dict.fromkeys(keys):
-            self.queue.add(key)
+    def forget_ghost(self, kind: str, namespace: str | None, name: str) -> None:
+        """A write found the object gone (404): the cached copy is a ghost. Dropped as its deletion event
+        would drop it (the jobs it belonged to plan again without it)."""
+        w = self.by_kind.get(kind)
+        obj = None if w is None else self.cache.indexes[w.index].get((namespace, name) if w.namespaced else name)
+        if w is not None and obj is not None:
+            self.stats.ghosts += 1
+            self.observed(w, "DELETED", obj)
+
+    async def warm_up(self, informers: list[Informer]) -> None:
+        """The warm gate: no reconcile before every informer has listed once."""
+        await asyncio.gather(*(i.listed.wait() for i in informers))
+        self.cache.ready = True
+        self.warm.set()
 
     # -- work side ---------------------------------------------------------------------------------
-    def _pods_seen(self, key: Key) -> bool:
-        """Whether the cache shows every pod we created for this job (or we stopped waiting)."""
-        expected = self.expected_pods.get(key)
-        if expected is None:
-            return True
-        names, deadline = expected
-        if time.monotonic() > deadline or all(self.cache.pod(key[0], n) is not None for n in names):
-            del self.expected_pods[key]
-            return True
-        return False
-
     async def reconcile(self, key: Key) -> float | None:
-        """One pass for one job. Returns seconds until the job wants another look, if it does."""
+        """One pass for one job: cache -> plan -> apply -> remember. Returns seconds until the job wants
+        another look, if it does."""
         job = self.cache.mpijob(key)
         if job is None:
             log.debug("%s/%s: not in the cache; nothing to do", *key)
-            self.written.pop(key, None)
-            self.expected_pods.pop(key, None)
-            self.created.pop(key, None)
-            self.written_config_maps.pop(key, None)
-            self.carried_checks.pop(key, None)
+            self.expectations.forget(key)
             return None
-        if _rv(job) < self.written.get(key, 0):
-            log.debug("%s/%s: cache at rv %s, we wrote %s; waiting", *key, _rv(job), self.written.get(key))
-            return 1.0  # fallback only: the watch event for our write normally comes first
-        cm_version = self.cache.config_map_version(*key)
-        if cm_version is None:
-            self.written_config_maps.pop(key, None)  # gone: nothing to wait for (the plan makes it again)
-        elif _rv(cm_version) < self.written_config_maps.get(key, 0):
-            log.debug("%s/%s: discovery ConfigMap cache behind our write; waiting", *key)
-            return 1.0  # likewise for the discovery write of a deferred reconcile
-        if not self._pods_seen(key):
-            log.debug("%s/%s: waiting for the cache to show the pods we created", *key)
-            return 0.05  # our pod creates are not in the cache yet; their events will enqueue us too
+        wait = self.expectations.wait(key, job, self.cache)
+        if wait is not None:
+            return wait
         started = time.perf_counter()
         outcome = await self._plan_and_apply(job)
         self.stats.reconciles += 1
         self.stats.writes += outcome.writes
         self.stats.reconcile_seconds += time.perf_counter() - started
-        if outcome.job_resource_version is not None:
-            self.written[key] = _rv(outcome.job_resource_version)
-        if outcome.config_map_resource_version is not None:
-            self.written_config_maps[key] = _rv(outcome.config_map_resource_version)
-        if outcome.created_pods:
-            # Expectations, as client-go controllers keep them: planning again before the cache shows these
-            # pods would count them as missing (Append would even pick new indexes for them).
-            self.expected_pods[key] = (set(outcome.created_pods), time.monotonic() + EXPECTATION_TIMEOUT)
+        self.expectations.remember(key, outcome)
+        return self._next_look(key, outcome)
+
+    def _next_look(self, key: Key, outcome: Outcome) -> float | None:
         if outcome.error is not None:
             raise outcome.error
         if outcome.gone is not None:
             # A write found the object gone: the cache entry is a ghost (a watch gap). Drop it now rather
             # than retry the same write every 0.2 s until the next relist.
-            ghost = resync.cached_object(self.cache, outcome.gone[0], key[0], outcome.gone[1])
-            if ghost is not None:
-                self.forget_ghost(outcome.gone[0], ghost)
-                resync.drop(self.cache, outcome.gone[0], ghost)
+            self.forget_ghost(outcome.gone[0], key[0], outcome.gone[1])
         if outcome.conflict is not None:
             self.stats.conflicts += 1
             log.debug("%s/%s: %s; will retry on fresh data", *key, outcome.conflict)
@@ -407,9 +290,9 @@ class Controller:
         the answers (a few rounds at most; each round asks for a bounded number of reads)."""
         meta = job["metadata"]
         key = (str(meta["namespace"]), str(meta["name"]))
-        checks: dict[tuple[str, str], bool] = self.carried_checks.pop(key, {})
+        checks: dict[tuple[str, str], bool] = self.expectations.carried_checks.pop(key, {})
         recorded = (job.get("status") or {}).get("sshSecretUID")
-        created = {k: v for k, v in self.created.pop(key, {}).items() if v != recorded}
+        created = {k: v for k, v in self.expectations.created.pop(key, {}).items() if v != recorded}
         for _ in range(CONFIRM_ROUNDS):
             snapshot = replace(
                 self.cache.snapshot(job, self.clock(), self.config), absence_checks=dict(checks), created=dict(created)
@@ -434,12 +317,12 @@ class Controller:
         else:
             if outcome.absence_checks and outcome.error is None:
                 # Out of rounds with the plan still asking: the next reconcile goes on from these answers.
-                self.carried_checks[key] = checks
+                self.expectations.carried_checks[key] = checks
                 outcome.requeue_after = 0.0
         # Keep what was created until the status shows it; a refusal is retried on the next reconcile.
         kept: dict[tuple[str, str], str | None] = {k: v for k, v in created.items() if v is not None}
         if kept:
-            self.created[key] = kept
+            self.expectations.created[key] = kept
         return outcome
 
     async def reconciler(self) -> None:

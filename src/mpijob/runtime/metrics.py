@@ -21,14 +21,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import kopf
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from mpijob.api import constants as c
-from mpijob.api.models import GROUP, PLURAL, VERSION
-from mpijob.api.objects import is_true
+from mpijob.api.objects import Obj, is_true
 from mpijob.executor.apply import Executor, Outcome
 from mpijob.planner.actions import Action, Create, Delete, Patch
 from mpijob.planner.regrow import TIMED_OUT
@@ -197,11 +195,11 @@ class Metrics:
         start_http_server(port, addr=address, registry=self.registry)
         log.info("serving /metrics on %s:%d", address, port)
 
-    def register(self, registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
-        """First-seen stamps for signals, from the same watch streams the controller uses."""
+    def register(self, controller: Controller, config: OperatorConfig) -> None:
+        """First-seen stamps for signals, from the same watch events the controller queues jobs for."""
 
-        # Coroutines, like the controller's handlers: kopf runs plain functions in its thread pool.
-        async def nodes(type: str | None, name: str, body: Any, **_: Any) -> None:
+        def nodes(type: str, body: Obj) -> None:
+            name = str(body["metadata"].get("name"))
             if type == "DELETED":
                 self.stamps.nodes.setdefault(name, (self.clock(), "node-deleted"))
                 return
@@ -211,7 +209,9 @@ class Metrics:
             else:
                 self.stamps.nodes.setdefault(name, (self.clock(), signal_label(sig)))
 
-        async def mpijobs(type: str | None, namespace: Any, name: str, meta: Any, **_: Any) -> None:
+        def mpijobs(type: str, body: Obj) -> None:
+            meta = body["metadata"]
+            namespace, name = meta.get("namespace"), meta.get("name")
             if type == "DELETED":
                 self.stamps.generations.pop((namespace, name), None)
                 self.stamps.discovery.pop((namespace, name), None)
@@ -221,10 +221,8 @@ class Metrics:
             if seen is None or seen[0] != gen:
                 self.stamps.generations[(namespace, name)] = (gen, self.clock())
 
-        nodes.__name__ = "metrics_node_signals"
-        mpijobs.__name__ = "metrics_mpijob_generations"
-        kopf.on.event("v1", "nodes", id=nodes.__name__, registry=registry)(nodes)
-        kopf.on.event(GROUP, VERSION, PLURAL, id=mpijobs.__name__, registry=registry)(mpijobs)
+        controller.listeners.setdefault("Node", []).append(nodes)
+        controller.listeners.setdefault("MPIJob", []).append(mpijobs)
 
     # -- hooks -----------------------------------------------------------------------------------------
     def api_response(self, method: str, path: str, status: int) -> None:
@@ -374,10 +372,9 @@ class _CacheCollector(Collector):
         if self.cache.ready:
             for namespace, name in self.cache.mpijob_keys():
                 info.add_metric([c.launcher_name(name), namespace], 1.0)
-            for store in (self.cache.indexes.get("pods") or {}).values():
-                for pod in store:
-                    if c.ANNOTATION_LEAVING_SINCE in ((pod.get("metadata") or {}).get("annotations") or {}):
-                        count += 1
+            for pod in (self.cache.indexes.get("pods") or {}).values():
+                if c.ANNOTATION_LEAVING_SINCE in ((pod.get("metadata") or {}).get("annotations") or {}):
+                    count += 1
         leaving.add_metric([], float(count))
         yield info
         yield leaving
@@ -441,11 +438,10 @@ class _JobStateCollector(Collector):
                 under += status_is_true(status, BELOW_MIN_REPLICAS)
         phases = dict.fromkeys(_PHASES, 0)
         if self.cache.ready:
-            for store in (self.cache.indexes.get("pods") or {}).values():
-                for pod in store:
-                    if ((pod.get("metadata") or {}).get("labels") or {}).get(c.LABEL_JOB_ROLE) == c.ROLE_WORKER:
-                        phase = str((pod.get("status") or {}).get("phase") or "Pending")
-                        phases[phase] = phases.get(phase, 0) + 1
+            for pod in (self.cache.indexes.get("pods") or {}).values():
+                if ((pod.get("metadata") or {}).get("labels") or {}).get(c.LABEL_JOB_ROLE) == c.ROLE_WORKER:
+                    phase = str((pod.get("status") or {}).get("phase") or "Pending")
+                    phases[phase] = phases.get(phase, 0) + 1
         for phase, count in phases.items():
             workers.add_metric([phase], float(count))
         for state, count in counts.items():

@@ -1,34 +1,30 @@
-"""Runs the operator: kopf watch streams and indexes, the reconcile workers, optional Lease leader election."""
+"""Runs the operator: the informers, the reconcile workers, optional Lease leader election, /healthz."""
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 import os
 import signal
 import socket
 import sys
-import types
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import kopf
-import orjson
+from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.kubeconfig import load_api_client
 from mpijob.planner import podgroups
 from mpijob.planner.snapshot import OperatorConfig
-from mpijob.runtime import resync
+from mpijob.runtime import informer
 from mpijob.runtime.controller import Controller
 from mpijob.runtime.metrics import InstrumentedController, InstrumentedExecutor, Metrics
-from mpijob.runtime.served import wait_until_served
 
 log = logging.getLogger("mpijob.operator")
 
@@ -50,68 +46,10 @@ class OperatorOptions:
     health_port: int = 0
     metrics_port: int = 0  # 0: /metrics not served (metrics are still kept, for tests and benchmarks)
     metrics_address: str = "0.0.0.0"
-    # Seconds between relists of the cached kinds (jittered); watch gaps close within this.
-    resync_period: float = resync.PERIOD
-
-
-class _NoDiffBase(kopf.DiffBaseStorage):
-    """kopf builds a "diff base" (a deep copy of the body, then two more copies) on every watch event, for
-    change-detecting handlers (on.create/update) that this operator does not have: skip that work."""
-
-    def build(self, *, body: Any, extra_fields: Any = None) -> Any:
-        return {}
-
-    def fetch(self, *, body: Any) -> None:
-        return None
-
-    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
-        return None
-
-
-class _NoProgress(kopf.ProgressStorage):
-    """kopf keeps handler progress (annotations or status fields) for change-detecting handlers and daemons,
-    which this operator does not have, and cleans every event's body of it before comparing: 1.5% of the
-    operator's CPU at 50 x 8 for nothing. Storing nothing also makes sure kopf never writes progress."""
-
-    def fetch(self, *, key: Any, body: Any) -> None:
-        return None
-
-    def store(self, *, key: Any, record: Any, body: Any, patch: Any) -> None:
-        return None
-
-    def purge(self, *, key: Any, body: Any, patch: Any) -> None:
-        return None
-
-    def touch(self, *, body: Any, patch: Any, value: Any) -> None:
-        return None
-
-    def clear(self, *, essence: Any) -> Any:
-        return essence
-
-
-def _loads(data: str | bytes) -> Any:
-    """orjson, with the standard library's decoder for what orjson refuses (e.g. a lone surrogate escape,
-    which the standard library accepts). Integers are exact up to 64 bits (every Kubernetes number is an
-    int32 or int64); beyond that orjson returns a float, which no field the operator reads can hold."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
-
-
-def _fast_watch_decoding() -> None:
-    """kopf decodes every watch event with the standard library's `json.loads` (kopf/_cogs/clients/api.py,
-    module attribute `json`): 8% of the operator's CPU at 50 x 8. orjson decodes the same text ~2x faster.
-    kopf offers no setting for the decoder, so its module's `json` is swapped for a copy of the standard
-    module whose `loads` is `_loads`; if kopf's layout ever changes, nothing is swapped (same results,
-    slower)."""
-    from kopf._cogs.clients import api as kopf_api
-
-    if getattr(kopf_api, "json", None) is json:
-        fast = types.ModuleType("json")
-        fast.__dict__.update(json.__dict__)
-        fast.loads = _loads  # type: ignore[attr-defined]
-        kopf_api.json = fast  # type: ignore[attr-defined]
+    # Seconds between relists of the cached kinds (jittered): a safety net; 410 Gone relists at once.
+    resync_period: float = informer.RELIST
+    # A watch silent (no event, no bookmark) for longer than this is restarted.
+    watch_stall: float = informer.STALL
 
 
 class _JsonFormatter(logging.Formatter):
@@ -136,31 +74,6 @@ def configure_logging(fmt: str, level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # kopf narrates every watch event at INFO; our own log says what matters.
-    logging.getLogger("kopf").setLevel(logging.WARNING)
-    if logging.getLevelName(level) == logging.DEBUG:
-        # Except, at DEBUG, when each watch stream starts, restarts (410), goes quiet or ends: one line each,
-        # which is what a stalled cache needs to be explained (docs/reliability.md, the fault round's stall).
-        logging.getLogger("kopf._cogs.clients.watching").setLevel(logging.DEBUG)
-
-
-async def _connection_info(api: k8s_client.ApiClient) -> kopf.ConnectionInfo:
-    cfg = api.configuration
-    token = None
-    # Through the refresh hook, so kopf gets a current token (in-cluster tokens rotate).
-    maybe: Any = cfg.get_api_key_with_prefix("BearerToken")
-    header = await maybe if inspect.isawaitable(maybe) else maybe
-    if header:
-        token = str(header).split(" ", 1)[-1]
-    return kopf.ConnectionInfo(
-        server=str(cfg.host),
-        ca_path=cfg.ssl_ca_cert,
-        insecure=not cfg.verify_ssl,
-        token=token,
-        scheme="Bearer" if token else None,
-        certificate_path=cfg.cert_file,
-        private_key_path=cfg.key_file,
-    )
 
 
 async def run(
@@ -172,13 +85,6 @@ async def run(
     api = await load_api_client(options.kubeconfig)
     client = Client(api, qps=options.qps, burst=options.burst)
     config = options.planner
-    # kopf reads discovery once at start: make sure it sees every kind we cache (runtime/served.py); the
-    # relist's list of kinds is that list.
-    watched = [kind.resource for kind in resync.KINDS]
-    if config.gang_scheduler:
-        group, version = podgroups.api_version(config.gang_scheduler).split("/")
-        watched.append((group, version, "podgroups"))
-    await wait_until_served(client, watched)
     if config.gang_scheduler:
         await _check_pod_group_crd(client, config.gang_scheduler)
     metrics = Metrics()
@@ -198,41 +104,24 @@ async def run(
         await client.get("/version")  # learns the API server's clock before the first plan
     except Exception as err:
         log.warning("could not read the API server's clock yet: %s", err)
-    registry = kopf.OperatorRegistry()
-    controller.register(registry)
-    metrics.register(registry, config)
+    metrics.register(controller, config)
     if options.metrics_port:
         metrics.serve(options.metrics_port, options.metrics_address)
     if started is not None:
         started(controller)
-
-    @kopf.on.login(registry=registry)
-    async def login(**_: Any) -> kopf.ConnectionInfo:
-        return await _connection_info(api)
-
-    _fast_watch_decoding()
-    settings = kopf.OperatorSettings()
-    settings.posting.enabled = False  # we post our own Events, on the MPIJob, only for decisions
-    settings.watching.server_timeout = 300
-    # kopf's default is 5 min per request (discovery, list pages): a request hung across an API server
-    # restart would hold the start-up listing, hence every handler, for longer than a lease handover
-    # takes. Our own client's bound (60 s) instead; list pages are small (kopf pages them).
-    settings.networking.request_timeout = client.timeout
-    settings.persistence.diffbase_storage = _NoDiffBase()
-    settings.persistence.progress_storage = _NoProgress()
     stop = stop or asyncio.Event()
-    liveness = f"http://0.0.0.0:{options.health_port}/healthz" if options.health_port else None
-    kopf_task = asyncio.create_task(
-        kopf.operator(
-            registry=registry,
-            settings=settings,
-            standalone=True,
-            clusterwide=not options.namespaces,
-            namespaces=options.namespaces,
-            liveness_endpoint=liveness,
-            stop_flag=stop,
-        )
+    watches = informer.informers(
+        controller.kinds,
+        client,
+        controller,
+        options.namespaces,
+        relist=options.resync_period,
+        stall=options.watch_stall,
     )
+    # Tasks that run until the operator stops (/healthz watches them); the warm gate ends once warm.
+    tasks = [asyncio.create_task(i.run(), name=f"informer {i.name}") for i in watches]
+    warm_up = asyncio.create_task(controller.warm_up(watches))
+    health = await _serve_health(options.health_port, tasks) if options.health_port else None
     if options.leader_elect:
         election = asyncio.create_task(_lead(api, options, controller))
 
@@ -243,11 +132,11 @@ async def run(
                 stop.set()
 
         election.add_done_callback(election_ended)
+        tasks.append(election)
+        election.set_name("leader election")
     else:
         controller.leading.set()
-        election = None
-    reconcilers = asyncio.create_task(controller.run_reconcilers())
-    relist = asyncio.create_task(_resync(controller, executor.client, options))
+    tasks.append(asyncio.create_task(controller.run_reconcilers(), name="reconcilers"))
     log.info(
         "operator started: namespaces=%s reconcilers=%d qps=%s burst=%d",
         options.namespaces or "all",
@@ -256,16 +145,34 @@ async def run(
         options.burst,
     )
     try:
-        await kopf_task
+        await stop.wait()
     finally:
-        reconcilers.cancel()
-        relist.cancel()
-        if election is not None:
-            election.cancel()
-        await asyncio.gather(reconcilers, relist, *([election] if election else []), return_exceptions=True)
+        for task in (*tasks, warm_up):
+            task.cancel()
+        await asyncio.gather(*tasks, warm_up, return_exceptions=True)
+        if health is not None:
+            await health.cleanup()
         controller.queue.shutdown()
         await api.close()
     return controller
+
+
+async def _serve_health(port: int, tasks: list[asyncio.Task[Any]]) -> web.AppRunner:
+    """/healthz on `port`: 200 while every informer and worker task runs (they run until the operator
+    stops), 500 once one has ended, so the kubelet restarts a process that can no longer see the cluster."""
+
+    async def healthz(_: web.Request) -> web.Response:
+        ended = [t.get_name() for t in tasks if t.done()]
+        if ended:
+            return web.json_response({"ended": ended}, status=500)
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "0.0.0.0", port).start()
+    return runner
 
 
 async def _check_pod_group_crd(kube: Client, gang_scheduler: str) -> None:
@@ -283,14 +190,6 @@ async def _check_pod_group_crd(kube: Client, gang_scheduler: str) -> None:
             f"--gang-scheduling={gang_scheduler}: the API server does not serve {version} podgroups; "
             "install the gang scheduler's PodGroup CRD (see docs/scheduling.md) or drop the flag"
         )
-
-
-async def _resync(controller: Controller, client: Client, options: OperatorOptions) -> None:
-    """Closes watch gaps: a periodic relist drops cached objects the API server no longer has."""
-    await controller.warm.wait()
-    await resync.resync_forever(
-        client, controller.cache, controller.forget_ghost, options.namespaces, period=options.resync_period
-    )
 
 
 # What an unreachable API server raises (kubernetes_asyncio only turns HTTP answers into ApiException).

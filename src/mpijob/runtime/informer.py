@@ -1,0 +1,256 @@
+"""Informers: per watched kind (and namespace), a paged list, then a watch from the list's resourceVersion.
+
+What each one guarantees its sink (the controller):
+- `replaced(watched, namespace, items)` after every list: the complete set of objects at the list's
+  resourceVersion. The sink replaces its store with it, so what vanished while no watch ran (a 410 Gone
+  gap, an API server restart) is delivered as a deletion, and a creation in the gap as an addition;
+- `observed(watched, type, obj)` for every ADDED, MODIFIED, DELETED watch event, in the server's order;
+- each object decoded (orjson) and slimmed (runtime/slim.py) once, as it arrives: the full object is never
+  kept.
+The watch resumes from the last resourceVersion seen (events and bookmarks, `allowWatchBookmarks`); a 410
+Gone (the resourceVersion is older than the server's window) relists. Errors back off exponentially with
+full jitter, reset by a list or a watch that delivered something. A watch that delivers nothing, not even a
+bookmark, for `stall` seconds is taken for a dead connection (a half-open TCP stream, a proxy that
+stopped forwarding) and restarted from its last resourceVersion. A kind the API server does not serve yet
+(404: a CRD created after the operator started) is retried with the same backoff until it is served.
+Every `relist` seconds (jittered) a list replaces the store again: a safety net, not a mechanism.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+import orjson
+
+from mpijob.api.objects import Obj
+from mpijob.executor.client import ApiError, Client
+from mpijob.runtime.kinds import Watched
+
+log = logging.getLogger("mpijob.informer")
+
+PAGE = 500
+# The API server ends a watch after timeoutSeconds: a random one in this range, as client-go picks, so a
+# fleet of informers does not re-watch in step.
+WATCH_TIMEOUT = (300, 600)
+# The API server sends a bookmark to every watcher about once a minute (allowWatchBookmarks): a watch
+# silent for longer than this is dead.
+STALL = 150.0
+RELIST = 300.0
+JITTER = 0.2
+# Backoff on errors: from 0.2 s doubling to 30 s, with full jitter.
+BACKOFF = (0.2, 30.0)
+# What an unreachable or restarting API server raises besides an HTTP error.
+NETWORK_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+class Sink(Protocol):
+    def replaced(self, watched: Watched, namespace: str | None, items: dict[Any, Obj]) -> None: ...
+
+    def observed(self, watched: Watched, type: str, obj: Obj) -> None: ...
+
+
+class Gone(Exception):
+    """410: the resourceVersion is older than what the API server keeps."""
+
+
+class Stalled(Exception):
+    """No event and no bookmark for longer than the stall bound."""
+
+
+def loads(data: bytes) -> Any:
+    """orjson, with the standard library's decoder for what orjson refuses (e.g. a lone surrogate escape).
+    Integers are exact up to 64 bits, as every Kubernetes number is."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
+def ident(watched: Watched, obj: Obj) -> Any:
+    """How the store keys an object: (namespace, name), or the name of a cluster-scoped one."""
+    meta = obj["metadata"]
+    return (str(meta.get("namespace")), str(meta.get("name"))) if watched.namespaced else str(meta.get("name"))
+
+
+@dataclass
+class Backoff:
+    base: float = BACKOFF[0]
+    most: float = BACKOFF[1]
+    failures: int = 0
+    rand: Callable[[float, float], float] = random.uniform
+
+    def next(self) -> float:
+        """Full jitter (uniform in [0, base * 2^failures], capped), so restarted informers spread out."""
+        delay = min(self.most, self.base * 2**self.failures)
+        self.failures += 1
+        return self.rand(delay / 2, delay)
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+@dataclass
+class Counters:
+    lists: int = 0
+    watches: int = 0
+    events: int = 0
+    bookmarks: int = 0
+    gone: int = 0
+    stalls: int = 0
+    errors: int = 0
+
+
+@dataclass
+class Informer:
+    watched: Watched
+    path: str
+    client: Client
+    sink: Sink
+    namespace: str | None = None
+    stall: float = STALL
+    relist: float = RELIST
+    watch_timeout: tuple[int, int] = WATCH_TIMEOUT
+    # Set once the first list is delivered (the warm gate waits for every informer's).
+    listed: asyncio.Event = field(default_factory=asyncio.Event)
+    counters: Counters = field(default_factory=Counters)
+    backoff: Backoff = field(default_factory=Backoff)
+    resource_version: str | None = None
+    # Loop time of the next periodic relist.
+    relist_at: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.watched.kind + (f" in {self.namespace}" if self.namespace else "")
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                if self.resource_version is None or loop.time() >= self.relist_at:
+                    await self._list()
+                    self.relist_at = loop.time() + self.relist * (1 + random.uniform(-JITTER, JITTER))
+                    self.backoff.reset()
+                await self._watch(max(1, int(self.relist_at - loop.time())))
+            except asyncio.CancelledError:
+                raise
+            except Gone:
+                self.counters.gone += 1
+                log.info("watch %s: resourceVersion %s expired (410 Gone); relisting", self.name, self.resource_version)
+                self.resource_version = None
+                # Short the first time after a success; a server that keeps answering 410 is not hammered.
+                await asyncio.sleep(self.backoff.next())
+            except Stalled:
+                self.counters.stalls += 1
+                log.warning("watch %s: nothing for %.0f s, not even a bookmark; restarting it", self.name, self.stall)
+            except Exception as err:
+                self.counters.errors += 1
+                delay = self.backoff.next()
+                level = logging.INFO if isinstance(err, ApiError) and err.status == 404 else logging.WARNING
+                log.log(level, "informer %s: %s; retrying in %.1f s", self.name, _short(err), delay)
+                await asyncio.sleep(delay)
+
+    async def _list(self) -> None:
+        """A paged list; the store is replaced only once every page is in (a partial list proves nothing)."""
+        items: dict[Any, Obj] = {}
+        token: str | None = None
+        rv: str | None = None
+        slim = self.watched.slim
+        while True:
+            query = [("limit", str(PAGE))] + ([("continue", token)] if token else [])
+            page = await self.client.request("GET", self.path, query=query)
+            meta = page.get("metadata") or {}
+            rv = rv or meta.get("resourceVersion")
+            # Listed items lack the kind and apiVersion a watch event's object has: the same shape either way.
+            kind = str(page.get("kind") or "").removesuffix("List")
+            for item in page.get("items") or []:
+                item.setdefault("kind", kind)
+                item.setdefault("apiVersion", page.get("apiVersion"))
+                view = slim(item)
+                items[ident(self.watched, view)] = view
+            token = meta.get("continue") or None
+            if not token:
+                break
+        self.counters.lists += 1
+        self.resource_version = str(rv)
+        self.sink.replaced(self.watched, self.namespace, items)
+        self.listed.set()
+
+    async def _watch(self, longest: int) -> None:
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", str(self.resource_version)),
+            ("timeoutSeconds", str(min(longest, random.randint(*self.watch_timeout)))),
+        ]
+        # No total bound (the server ends the watch); the stall bound guards the reads.
+        response = await self.client.stream(self.path, query)
+        try:
+            if response.status == 410:
+                raise Gone()
+            if not 200 <= response.status < 300:
+                body = await response.read()
+                raise ApiError(response.status, str(response.reason), body.decode(errors="replace"))
+            self.counters.watches += 1
+            await self._read(response.content)
+        finally:
+            response.release()
+
+    async def _read(self, content: aiohttp.StreamReader) -> None:
+        """Reads the stream's lines (one JSON event each) until the server ends it."""
+        loop = asyncio.get_running_loop()
+        pending = b""
+        try:
+            async with asyncio.timeout(self.stall) as deadline:
+                while chunk := await content.readany():
+                    deadline.reschedule(loop.time() + self.stall)
+                    lines = (pending + chunk if pending else chunk).split(b"\n")
+                    pending = lines.pop()
+                    for line in lines:
+                        if line:
+                            self._event(line)
+        except TimeoutError:
+            if deadline.expired():
+                raise Stalled() from None
+            raise
+
+    def _event(self, line: bytes) -> None:
+        event = loads(line)
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            code = int(obj.get("code") or 0)
+            if code == 410:
+                raise Gone()
+            raise ApiError(code, str(obj.get("reason") or "watch error"), str(obj.get("message") or ""))
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind == "BOOKMARK":
+            self.counters.bookmarks += 1
+        elif kind in ("ADDED", "MODIFIED", "DELETED"):
+            self.counters.events += 1
+            self.sink.observed(self.watched, kind, self.watched.slim(obj))
+        if rv:
+            self.resource_version = str(rv)
+        self.backoff.reset()
+
+
+def _short(err: Exception) -> str:
+    return str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+
+
+def informers(
+    kinds: tuple[Watched, ...], client: Client, sink: Sink, namespaces: list[str], **settings: Any
+) -> list[Informer]:
+    """One informer per kind, or per kind and namespace when the operator watches namespaces."""
+    out = []
+    for w in kinds:
+        scopes: list[str | None] = list(namespaces) if namespaces and w.namespaced else [None]
+        for ns in scopes:
+            path = w.ns_path.format(ns=ns) if ns is not None and w.ns_path else w.path
+            out.append(Informer(w, path, client, sink, namespace=ns, **settings))
+    return out

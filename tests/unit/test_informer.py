@@ -1,0 +1,290 @@
+"""The informer's protocol with a scripted API server (the real one: tests/integration/test_informer.py): a
+list replaces the store, watches resume from the last resourceVersion (bookmarks included), 410 Gone relists,
+a silent watch is restarted, errors back off with jitter; and the controller's side: fingerprints, indexes,
+the warm gate."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+
+from mpijob.executor.apply import Executor
+from mpijob.executor.client import ApiError
+from mpijob.planner.snapshot import OperatorConfig
+from mpijob.runtime.controller import Controller
+from mpijob.runtime.informer import Backoff, Informer, informers
+from mpijob.runtime.kinds import BY_KIND
+
+from .builders import mpijob, worker
+from .test_safety_fence import RecordingClient
+
+PODS = BY_KIND["Pod"]
+NODES = BY_KIND["Node"]
+Obj = dict[str, Any]
+
+
+def _obj(name: str, rv: int, ns: str = "ns", **meta: Any) -> Obj:
+    return {"metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "resourceVersion": str(rv), **meta}}
+
+
+def _line(type: str, obj: Obj) -> bytes:
+    return orjson.dumps({"type": type, "object": obj}) + b"\n"
+
+
+class _Content:
+    def __init__(self, chunks: list[bytes], hang: bool) -> None:
+        self.chunks = chunks
+        self.hang = hang
+
+    async def readany(self) -> bytes:
+        if self.chunks:
+            return self.chunks.pop(0)
+        if self.hang:
+            await asyncio.Event().wait()
+        return b""
+
+
+class _Response:
+    def __init__(self, status: int, chunks: list[bytes], hang: bool = False) -> None:
+        self.status = status
+        self.reason = "scripted"
+        self.content = _Content(chunks, hang)
+
+    async def read(self) -> bytes:
+        return b"{}"
+
+    def release(self) -> None:
+        pass
+
+
+class Server:
+    """Answers lists from `lists` (one list per call, or an ApiError) and watches from `watches`; once the
+    script is out, a watch hangs, and `done` is set."""
+
+    def __init__(self, lists: list[Any], watches: list[_Response]) -> None:
+        self.lists = lists
+        self.watches = watches
+        self.watch_queries: list[dict[str, str]] = []
+        self.done = asyncio.Event()
+
+    async def request(self, method: str, path: str, query: Any = None, **_: Any) -> Any:
+        answer = self.lists.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def stream(self, path: str, query: list[tuple[str, str]]) -> _Response:
+        self.watch_queries.append(dict(query))
+        if self.watches:
+            return self.watches.pop(0)
+        self.done.set()
+        return _Response(200, [], hang=True)
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.log: list[tuple[str, str]] = []
+
+    def replaced(self, watched: Any, namespace: str | None, items: dict[Any, Obj]) -> None:
+        self.log.append(("LIST", ",".join(sorted(k[1] for k in items))))
+
+    def observed(self, watched: Any, type: str, obj: Obj) -> None:
+        self.log.append((type, obj["metadata"]["name"]))
+
+
+def _list(rv: int, *items: Obj) -> Obj:
+    return {"metadata": {"resourceVersion": str(rv)}, "items": list(items)}
+
+
+def _run(server: Server, sink: Any, **settings: Any) -> Informer:
+    informer = Informer(PODS, "/api/v1/pods", server, sink, backoff=Backoff(rand=lambda a, b: 0.0), **settings)  # type: ignore[arg-type]
+
+    async def go() -> None:
+        task = asyncio.create_task(informer.run())
+        await asyncio.wait_for(server.done.wait(), 5)
+        task.cancel()
+
+    asyncio.run(go())
+    return informer
+
+
+def test_watches_resume_from_the_last_event_or_bookmark_and_lines_may_span_chunks() -> None:
+    event = _line("ADDED", _obj("b", 12))
+    server = Server(
+        [_list(10, _obj("a", 9))],
+        [
+            _Response(200, [event[:7], event[7:], _line("BOOKMARK", {"metadata": {"resourceVersion": "15"}})]),
+            _Response(200, [_line("MODIFIED", _obj("b", 17))]),
+        ],
+    )
+    sink = Sink()
+    informer = _run(server, sink)
+
+    assert sink.log == [("LIST", "a"), ("ADDED", "b"), ("MODIFIED", "b")]
+    assert [q["resourceVersion"] for q in server.watch_queries] == ["10", "15", "17"]
+    assert all(q["allowWatchBookmarks"] == "true" for q in server.watch_queries)
+    assert informer.counters.lists == 1 and informer.counters.bookmarks == 1
+
+
+@pytest.mark.parametrize("how", ["http", "event"])
+def test_410_gone_relists(how: str) -> None:
+    gone = (
+        _Response(410, [])
+        if how == "http"
+        else _Response(200, [_line("ERROR", {"kind": "Status", "code": 410, "reason": "Expired"})])
+    )
+    server = Server([_list(10, _obj("a", 9), _obj("b", 9)), _list(30, _obj("b", 9), _obj("c", 25))], [gone])
+    sink = Sink()
+    informer = _run(server, sink)
+
+    assert sink.log == [("LIST", "a,b"), ("LIST", "b,c")]
+    assert [q["resourceVersion"] for q in server.watch_queries] == ["10", "30"]
+    assert informer.counters.gone == 1
+
+
+def test_a_watch_silent_past_the_stall_bound_is_restarted_from_its_resource_version() -> None:
+    server = Server([_list(10)], [_Response(200, [_line("ADDED", _obj("a", 11))], hang=True)])
+    informer = _run(server, Sink(), stall=0.05)
+
+    assert informer.counters.stalls == 1 and informer.counters.lists == 1
+    assert [q["resourceVersion"] for q in server.watch_queries] == ["10", "11"]
+
+
+def test_a_kind_not_served_yet_is_listed_again_until_it_is() -> None:
+    not_served = ApiError(404, "Not Found", "the server could not find the requested resource")
+    server = Server([not_served, not_served, _list(5, _obj("a", 4))], [])
+    sink = Sink()
+    informer = _run(server, sink)
+
+    assert sink.log == [("LIST", "a")] and informer.listed.is_set()
+    assert informer.counters.errors == 2
+
+
+def test_backoff_doubles_to_its_cap_with_jitter_and_resets() -> None:
+    picks: list[tuple[float, float]] = []
+
+    def rand(a: float, b: float) -> float:
+        picks.append((a, b))
+        return b
+
+    backoff = Backoff(base=1.0, most=8.0, rand=rand)
+    delays = [backoff.next() for _ in range(6)]
+    backoff.reset()
+
+    assert delays == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+    assert all(a == b / 2 for a, b in picks)  # jittered over the upper half
+    assert backoff.next() == 1.0
+
+
+def test_one_informer_per_namespace_for_namespaced_kinds_and_one_for_nodes() -> None:
+    made = informers((PODS, NODES), RecordingClient(), Sink(), ["a", "b"])  # type: ignore[arg-type]
+
+    assert [i.path for i in made] == ["/api/v1/namespaces/a/pods", "/api/v1/namespaces/b/pods", "/api/v1/nodes"]
+
+
+# -- the controller as the informers' sink ----------------------------------------------------------------
+
+
+def _controller() -> Controller:
+    return Controller(Executor(RecordingClient()), OperatorConfig())  # type: ignore[arg-type]
+
+
+def _queued(controller: Controller) -> set[Any]:
+    keys = set(controller.queue._dirty)
+    controller.queue._dirty.clear()
+    return keys
+
+
+def _edit(obj: Obj, change: Callable[[Obj], None]) -> Obj:
+    copy = orjson.loads(orjson.dumps(obj))
+    change(copy)
+    copy["metadata"]["resourceVersion"] = str(int(copy["metadata"].get("resourceVersion") or 0) + 1)
+    return copy
+
+
+def test_a_pod_event_that_changes_nothing_the_planner_reads_enqueues_nothing() -> None:
+    controller = _controller()
+    job = mpijob()
+    pod = PODS.slim(worker(job, 0, node="node-1"))
+    key = (pod["metadata"]["namespace"], "pi")
+    controller.observed(PODS, "ADDED", pod)
+    assert _queued(controller) == {key}
+    # A new resourceVersion, nothing else: what a status write of a field we do not read looks like here.
+    controller.observed(PODS, "MODIFIED", _edit(pod, lambda p: None))
+    assert _queued(controller) == set() and controller.stats.events_ignored == 1
+    controller.observed(PODS, "MODIFIED", _edit(pod, lambda p: p["status"].update(phase="Failed")))
+    assert _queued(controller) == {key}
+
+
+def test_a_node_event_wakes_the_jobs_with_pods_on_it_once_the_cache_is_warm() -> None:
+    controller = _controller()
+    job = mpijob()
+    pod = PODS.slim(worker(job, 0, node="node-1"))
+    node = {"metadata": {"name": "node-1", "uid": "n1", "resourceVersion": "1"}, "spec": {}}
+    controller.observed(PODS, "ADDED", pod)
+    _queued(controller)
+    controller.observed(NODES, "ADDED", node)
+    assert _queued(controller) == set()  # not warm: every job gets one look at warm-up anyway
+    controller.cache.ready = True
+    controller.observed(NODES, "MODIFIED", _edit(node, lambda n: n["spec"].update(unschedulable=True)))
+    assert _queued(controller) == {(pod["metadata"]["namespace"], "pi")}
+    # A heartbeat (nothing the planner reads) wakes nobody.
+    controller.observed(NODES, "MODIFIED", _edit(node, lambda n: n["spec"].update(unschedulable=True)))
+    assert _queued(controller) == set()
+
+
+def test_a_relist_delivers_what_vanished_as_a_deletion_and_drops_it_from_the_pod_indexes() -> None:
+    controller = _controller()
+    job = mpijob()
+    ns = job["metadata"]["namespace"]
+    pods = [PODS.slim(worker(job, i, node="node-1")) for i in range(2)]
+    controller.replaced(PODS, None, {(ns, p["metadata"]["name"]): p for p in pods})
+    assert controller.stats.ghosts == 0  # the first list is not a relist
+    assert controller.cache.jobs_on_node("node-1") == [(ns, "pi")]
+    _queued(controller)
+
+    controller.replaced(PODS, None, {(ns, pods[0]["metadata"]["name"]): pods[0]})
+
+    assert controller.cache.pod(ns, pods[1]["metadata"]["name"]) is None
+    assert controller.stats.ghosts == 1 and _queued(controller) == {(ns, "pi")}
+    owned = controller.cache._owned_pods(job["metadata"]["uid"], ns)
+    assert [p["metadata"]["name"] for p in owned] == [pods[0]["metadata"]["name"]]
+
+
+def test_no_reconcile_before_every_informer_has_listed() -> None:
+    async def go() -> list[bool]:
+        controller = _controller()
+        made = informers((PODS, NODES), RecordingClient(), controller, [])  # type: ignore[arg-type]
+        gate = asyncio.create_task(controller.warm_up(made))
+        made[0].listed.set()
+        await asyncio.sleep(0)
+        states = [controller.warm.is_set()]
+        made[1].listed.set()
+        await asyncio.wait_for(gate, 1)
+        return [*states, controller.warm.is_set(), controller.cache.ready]
+
+    assert asyncio.run(go()) == [False, True, True]
+
+
+def test_a_listed_object_has_the_kind_and_api_version_a_watch_event_would_give_it() -> None:
+    kept: list[Obj] = []
+
+    class Keep(Sink):
+        def replaced(self, watched: Any, namespace: str | None, items: dict[Any, Obj]) -> None:
+            kept.extend(items.values())
+
+    page = {"kind": "MPIJobList", "apiVersion": "kubeflow.org/v2beta1", **_list(3, _obj("pi", 2))}
+    server = Server([page], [])
+    informer = Informer(BY_KIND["MPIJob"], "/apis/kubeflow.org/v2beta1/mpijobs", server, Keep())  # type: ignore[arg-type]
+
+    async def go() -> None:
+        task = asyncio.create_task(informer.run())
+        await asyncio.wait_for(server.done.wait(), 5)
+        task.cancel()
+
+    asyncio.run(go())
+    assert [(o["kind"], o["apiVersion"]) for o in kept] == [("MPIJob", "kubeflow.org/v2beta1")]
