@@ -48,7 +48,8 @@ async def test_the_operator_under_test_runs_as_its_service_account_not_as_admin(
     # What it may not do: read MPIJobs' neighbours it has no business with, or create MPIJobs.
     for verb, resource, group in (
         ("create", "mpijobs", "kubeflow.org"),
-        ("get", "secrets", ""),
+        ("list", "secrets", ""),
+        ("watch", "secrets", ""),
         ("update", "nodes", ""),
     ):
         review = await kube.client.create(

@@ -1,7 +1,8 @@
 """Issue 8, rule 12: least exposure.
 
-The operator may not read Secrets (no get/list/watch: with them it could read every Secret in the cluster).
-It creates each job's SSH Secret and treats AlreadyExists as someone else's Secret: no worker or launcher is
+The operator may not list or watch Secrets (it cannot enumerate them). It creates each job's SSH Secret; on
+AlreadyExists it reads that one Secret by name and adopts it only when this job is its controller (an
+operator killed before recording the uid made it); otherwise it is someone else's Secret: no worker or launcher is
 created (they would mount a key pair another party knows), ResourceConflict says why, and the create is
 retried until the name is free. Which Secret is ours follows from the job's status (`sshSecretUID`, and
 the status write that follows a successful create in the same batch). Foreign objects are cached without
@@ -123,6 +124,24 @@ def test_a_restart_between_the_secret_create_and_recording_its_uid_does_not_call
     assert world.tolerated == []  # no second create was even tried
 
 
+def test_a_killed_operators_own_secret_found_by_the_next_create_is_adopted_not_called_foreign() -> None:
+    # Killed between the Secret's create and the status write: a fresh-looking job (no conditions, no uid)
+    # whose Secret already exists. The create answers AlreadyExists; one read by name shows this job is its
+    # controller, so its uid is recorded and the job runs (before: ResourceConflict until a person acted).
+    job = mpijob(workers=2)
+    ours = secret(job)
+    world = _world_with(job, ours)
+    uid = world.objects[("Secret", "pi-ssh")]["metadata"]["uid"]
+
+    world.settle("pi")
+
+    status = world.job("pi")["status"]
+    assert cond(status, "ResourceConflict") is None, status
+    assert status["sshSecretUID"] == uid
+    assert len(world.kept_workers("pi")) == 2
+    assert world.objects[("Secret", "pi-ssh")]["metadata"]["uid"] == uid  # the same Secret, not made again
+
+
 def test_a_secret_an_older_operator_reported_as_foreign_is_not_adopted() -> None:
     job = mpijob(workers=2)
     job["status"] = {
@@ -210,8 +229,8 @@ def _verbs(group: str, resource: str) -> set[str]:
     return {v for r in _rules() if group in r["apiGroups"] and resource in r["resources"] for v in r["verbs"]}
 
 
-def test_the_shipped_rbac_can_create_secrets_but_never_read_them() -> None:
-    assert _verbs("", "secrets") == {"create"}
+def test_the_shipped_rbac_can_create_secrets_and_get_one_by_name_but_never_list_or_watch_them() -> None:
+    assert _verbs("", "secrets") == {"create", "get"}
 
 
 def test_the_shipped_rbac_has_no_unused_verbs() -> None:

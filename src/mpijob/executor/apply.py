@@ -16,6 +16,7 @@ from typing import Any
 
 from mpijob.api.constants import EVENT_SOURCE
 from mpijob.api.models import API_VERSION
+from mpijob.api.objects import controller_uid
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import collection_path, object_path
 from mpijob.executor.sshkeys import ssh_key_pair
@@ -222,10 +223,29 @@ class Executor:
             made = await self.client.create(collection_path(obj["apiVersion"], obj["kind"], namespace), obj)
         except ApiError as err:
             if err.status == 409:
-                return None
+                return await self._ours_after_all(namespace, obj)
             raise
         # The API server always returns the uid; "unknown" keeps a created object from reading as a conflict.
         return str(((made or {}).get("metadata") or {}).get("uid") or "unknown")
+
+    async def _ours_after_all(self, namespace: str, obj: Any) -> str | None:
+        """After AlreadyExists: the existing object's uid when its controller is the job this create was for
+        (an operator killed between its create and the status write recording the uid made it), else None.
+        One read by name, only here; the answer's data is dropped at once. A refusal (no `get` in an older
+        Role) or a vanished object stays None: fail closed, the planner retries."""
+        ours = controller_uid(obj)
+        path = object_path(obj["apiVersion"], obj["kind"], namespace, obj["metadata"]["name"])
+        try:
+            found = await self.client.get(path)
+        except ApiError as err:
+            if err.status in (403, 404):
+                return None
+            raise
+        meta = (found or {}).get("metadata") or {}
+        if ours is None or controller_uid(found) != ours or not meta.get("uid"):
+            return None
+        log.info("%s %s/%s already existed and is this job's own: adopted", obj["kind"], namespace, meta.get("name"))
+        return str(meta["uid"])
 
     async def _patch(self, namespace: str, action: Patch, made: Any) -> Any:
         """`made`: the resourceVersion an earlier write of this batch made of the object, if any."""
