@@ -16,7 +16,7 @@ from mpijob.planner.plan import validate
 from mpijob.planner.snapshot import Obj
 
 from .builders import at, elastic, leaving, mpijob, ts
-from .world import World
+from .world import World, is_terminating
 
 GRACE = 30
 
@@ -200,9 +200,8 @@ def test_a_disrupted_worker_that_is_already_being_deleted_gets_no_deadline() -> 
     world.settle("pi", kubelet=False)
 
     # The Eviction API deleted it: its SIGTERM (or preStop hook) is under way, its deletionTimestamp the kill.
-    assert all(
-        c.ANNOTATION_LEAVING_DEADLINE not in (p["metadata"].get("annotations") or {})
-        for p in world.pods()
-        if p["metadata"]["name"] == "pi-worker-1"
-    )
+    pod = world.pod("pi-worker-1")
+    assert is_terminating(pod)
+    assert c.ANNOTATION_LEAVING_DEADLINE not in (pod["metadata"].get("annotations") or {})
+    assert "pi-worker-1" not in world.discovered("pi")
     assert _launcher_leaving(world) is None
