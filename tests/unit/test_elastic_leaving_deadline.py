@@ -205,3 +205,16 @@ def test_a_disrupted_worker_that_is_already_being_deleted_gets_no_deadline() -> 
     assert c.ANNOTATION_LEAVING_DEADLINE not in (pod["metadata"].get("annotations") or {})
     assert "pi-worker-1" not in world.discovered("pi")
     assert _launcher_leaving(world) is None
+
+
+def test_a_worker_deleted_in_this_plan_is_not_given_a_deadline_first() -> None:
+    world = _world()
+    _scale_in(world, "pi-worker-1", 2)
+    world.reconcile("pi")
+    del world.pod("pi-worker-1")["metadata"]["annotations"][c.ANNOTATION_LEAVING_DEADLINE]
+    world.advance(GRACE)
+
+    actions = world.reconcile("pi")
+
+    assert [a.name for a in actions if isinstance(a, Delete)] == ["pi-worker-1"]
+    assert not [a for a in actions if isinstance(a, Patch) and a.name == "pi-worker-1"]

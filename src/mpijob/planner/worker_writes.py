@@ -171,13 +171,14 @@ def mark_leaving(ctx: PlanContext, decided: WorkerPlan, deadlines: dict[str, str
 def correct_deadlines(ctx: PlanContext, decided: WorkerPlan, deadlines: dict[str, str]) -> None:
     """A worker marked earlier whose deadline annotation is not the one due (marked by an operator version that
     wrote none, scaleInGracePeriodSeconds edited since, a hand edit) gets the right one; within the marks'
-    budget. A steady job writes nothing here: every leaving worker already carries its deadline."""
-    marked = {name_of(leave.pod) for leave in decided.to_leave}
+    budget. Not for a worker deleted in this plan (it gets SIGTERM now). A steady job writes nothing here: every
+    leaving worker already carries its deadline."""
+    skip = {name_of(leave.pod) for leave in decided.to_leave} | {name_of(pod) for pod in decided.to_delete}
     budget = MAX_MARKS_PER_RECONCILE - len(decided.to_leave)
     for pod in ctx.workers:
         name = name_of(pod)
         due = deadlines.get(name)
-        if due is None or name in marked or annotations_of(pod).get(constants.ANNOTATION_LEAVING_DEADLINE) == due:
+        if due is None or name in skip or annotations_of(pod).get(constants.ANNOTATION_LEAVING_DEADLINE) == due:
             continue
         if budget <= 0:
             ctx.draft.wake.append(BUDGET_REQUEUE_SECONDS)
