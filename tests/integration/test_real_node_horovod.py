@@ -475,6 +475,9 @@ async def test_a_spot_interruption_on_one_of_two_real_nodes_removes_its_workers_
         4,
         worker_placement={"tolerations": tolerations, **spread_over(nodes, labels)},
         launcher_placement={"tolerations": tolerations, "nodeSelector": {HOSTNAME: nodes[0]}},
+        # Regrow off: since it is on by default, a probe fitted on real-1 within seconds of the shrink and Horovod
+        # went from 4 straight to 3 (seen once: no commit at size 2); this test is about the shrink.
+        regrow=False,
     )
     deletions: dict[str, float] = {}
     watcher: asyncio.Task[None] | None = None
