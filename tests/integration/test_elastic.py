@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sys
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
@@ -891,3 +892,64 @@ async def test_status_cli_shows_the_leaving_worker_during_its_grace_period_and_t
         discovery = out.split("discovery (discover_hosts.sh):", 1)[1]
         listed_hosts = [line.strip().split(".", 1)[0] for line in discovery.splitlines() if line.strip()]
         assert listed_hosts == [c.worker_name(job, i) for i in (0, 2, 3)], out
+
+
+# -- the deadline, for the training process (issue 19 item 3) ---------------------------------------------------
+
+
+def annotation(pod: Obj, key: str) -> str | None:
+    value = (pod["metadata"].get("annotations") or {}).get(key)
+    return None if value is None else str(value)
+
+
+async def test_a_leaving_worker_and_the_launcher_are_told_its_deletion_time_and_it_is_deleted_then(
+    kube: Kube, api: ApiClient
+) -> None:
+    """What a training process reads without API access (on kwok there is no kubelet to project it, so the
+    annotations the downwardAPI volumes name are read here from the API, version by version): the leaving
+    worker's deadline arrives in the write that marks it leaving, the launcher's list of leaving workers in the
+    write that takes it out of the launcher's discovery list, and the pod is deleted at that time, not before."""
+    job = "ddl"
+    grace = 6
+    async with own_nodes(api, kube, "a", "b") as nodes:
+        pods = await start_job(kube, elastic_job(job, nodes, grace=grace), nodes)
+        for pod in pods:
+            assert annotation(pod, c.ANNOTATION_LEAVING_DEADLINE) is None
+            volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "mpi-job-leaving")
+            paths = {i["path"]: i["fieldRef"]["fieldPath"] for i in volume["downwardAPI"]["items"]}
+            assert paths["deadline"] == f"metadata.annotations['{c.ANNOTATION_LEAVING_DEADLINE}']", paths
+        (launcher_pod,) = [p["metadata"]["name"] for p in await kube.launcher_pods(job)]
+        w1 = c.worker_name(job, 1)
+        async with pod_recorder(api, kube) as pod_watch:
+            await kube.patch_job(
+                job,
+                {"spec": {"elasticPolicy": {"workersToDelete": [w1]}, "mpiReplicaSpecs": {"Worker": {"replicas": 3}}}},
+            )
+            await wait_gone(kube, job, [w1])
+
+            async def launcher_forgot() -> bool:
+                pod = await kube.get("v1", "Pod", launcher_pod)
+                return pod is not None and annotation(pod, c.ANNOTATION_LEAVING_WORKERS) is None
+
+            await eventually(launcher_forgot, within=30, what="the launcher's list of leaving workers emptied")
+
+        versions = [o for _, o in pod_watch.versions(w1)]
+        marked = next(o for o in versions if leaving_since(o))
+        # One write: the version that first carries leaving-since carries the deadline and the reason too.
+        deadline = annotation(marked, c.ANNOTATION_LEAVING_DEADLINE)
+        assert deadline is not None and deadline.endswith("Z"), marked["metadata"].get("annotations")
+        assert parse_ts(deadline) - parse_ts(str(leaving_since(marked))) == timedelta(seconds=grace)
+        assert annotation(marked, c.ANNOTATION_LEAVING_REASON) == "workersToDelete"
+        terminating = next(o for o in versions if o["metadata"].get("deletionTimestamp"))
+        requested = parse_ts(terminating["metadata"]["deletionTimestamp"]) - timedelta(
+            seconds=int(terminating["metadata"].get("deletionGracePeriodSeconds") or 0)
+        )
+        # Not before the deadline (the API server's times are whole seconds).
+        assert requested >= parse_ts(deadline) - timedelta(seconds=1), (requested, deadline)
+
+        launcher_versions = [o for _, o in pod_watch.versions(launcher_pod)]
+        dropped = next(o for o in launcher_versions if w1 not in (annotation(o, c.ANNOTATION_DISCOVERED_HOSTS) or w1))
+        assert json.loads(annotation(dropped, c.ANNOTATION_LEAVING_WORKERS) or "{}") == {w1: deadline}
+        # Never listed with another time, and gone from the list once the worker is.
+        listed = {annotation(o, c.ANNOTATION_LEAVING_WORKERS) for o in launcher_versions} - {None}
+        assert listed == {json.dumps({w1: deadline}, separators=(",", ":"))}, listed

@@ -269,8 +269,14 @@ def disruption_target(reason: str, status: str = "True") -> Obj:
     }
 
 
-def leaving(since: str, why: str = "workersToDelete") -> dict[str, str]:
-    return {c.ANNOTATION_LEAVING_SINCE: since, c.ANNOTATION_LEAVING_REASON: why}
+def leaving(since: str, why: str = "workersToDelete", *, grace: int | None = None) -> dict[str, str]:
+    """A leaving worker's annotations; with `grace` (an elastic job's scaleInGracePeriodSeconds) also the
+    deadline the operator writes with them, since + grace."""
+    marks = {c.ANNOTATION_LEAVING_SINCE: since, c.ANNOTATION_LEAVING_REASON: why}
+    if grace is not None:
+        deadline = datetime.fromisoformat(since.replace("Z", "+00:00")) + timedelta(seconds=grace)
+        marks[c.ANNOTATION_LEAVING_DEADLINE] = format_time(deadline)
+    return marks
 
 
 def foreign_pod(
@@ -547,15 +553,30 @@ def created_names(actions: Sequence[Action], kind: str) -> list[str]:
 
 
 def is_nudge(action: Action) -> bool:
-    """A patch that only sets a launcher pod's discovery annotation (see nudges())."""
+    """A patch that only sets a launcher pod's annotations: the discovery list and/or the leaving workers (see
+    nudges(), leaving_nudges())."""
     if not isinstance(action, Patch) or action.kind != "Pod":
         return False
-    return set((action.patch.get("metadata") or {}).get("annotations") or {}) == {c.ANNOTATION_DISCOVERED_HOSTS}
+    keys = set((action.patch.get("metadata") or {}).get("annotations") or {})
+    return bool(keys) and keys <= {c.ANNOTATION_DISCOVERED_HOSTS, c.ANNOTATION_LEAVING_WORKERS}
 
 
 def nudges(actions: Sequence[Action]) -> dict[str, str]:
     """Launcher pods whose discovery annotation a plan sets, with the value."""
-    return {a.name: a.patch["metadata"]["annotations"][c.ANNOTATION_DISCOVERED_HOSTS] for a in actions if is_nudge(a)}
+    return {
+        a.name: a.patch["metadata"]["annotations"][c.ANNOTATION_DISCOVERED_HOSTS]
+        for a in actions
+        if is_nudge(a) and c.ANNOTATION_DISCOVERED_HOSTS in a.patch["metadata"]["annotations"]
+    }
+
+
+def leaving_nudges(actions: Sequence[Action]) -> dict[str, str | None]:
+    """Launcher pods whose leaving-workers annotation a plan sets (None: removes), with the value."""
+    return {
+        a.name: a.patch["metadata"]["annotations"][c.ANNOTATION_LEAVING_WORKERS]
+        for a in actions
+        if is_nudge(a) and c.ANNOTATION_LEAVING_WORKERS in a.patch["metadata"]["annotations"]
+    }
 
 
 def patches(actions: Sequence[Action], kind: str | None = None, name: str | None = None) -> list[Patch]:

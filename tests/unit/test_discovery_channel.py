@@ -94,13 +94,15 @@ def test_new_elastic_job_gets_its_own_account_that_can_get_only_its_config_map()
     assert pod_spec["serviceAccountName"] == "pi-launcher"
 
 
-def test_launcher_gets_the_projected_discovery_file_and_the_list_in_its_config_volume() -> None:
+def test_launcher_gets_the_projected_discovery_and_leaving_files_and_the_list_in_its_config_volume() -> None:
     pod_spec = _launcher_pod_spec(plan(snap(_elastic_job())))
 
     volume = next(v for v in pod_spec["volumes"] if v["name"] == "mpi-job-discovery")
-    (item,) = volume["downwardAPI"]["items"]
-    assert item["path"] == "hosts"
-    assert item["fieldRef"]["fieldPath"] == f"metadata.annotations['{c.ANNOTATION_DISCOVERED_HOSTS}']"
+    files = {i["path"]: i["fieldRef"]["fieldPath"] for i in volume["downwardAPI"]["items"]}
+    assert files == {
+        "hosts": f"metadata.annotations['{c.ANNOTATION_DISCOVERED_HOSTS}']",
+        "leaving": f"metadata.annotations['{c.ANNOTATION_LEAVING_WORKERS}']",
+    }
     mounts = pod_spec["containers"][0]["volumeMounts"]
     assert {"name": "mpi-job-discovery", "mountPath": "/etc/mpi-discovery", "readOnly": True} in mounts
     config = next(v for v in pod_spec["volumes"] if v["name"] == "mpi-job-config")

@@ -167,7 +167,7 @@ def test_after_a_restart_leaving_workers_are_deleted_at_since_plus_grace_and_not
     job = _job(2, to_delete=["pi-worker-2", "pi-worker-3"])
     job["status"].pop("leavingWorkers", None)  # as if nothing else survived but the pods' annotations
     since = ts(-20)
-    pods = [worker(job, 0), worker(job, 1)] + [worker(job, i, annotations=leaving(since)) for i in (2, 3)]
+    pods = [worker(job, 0), worker(job, 1)] + [worker(job, i, annotations=leaving(since, grace=GRACE)) for i in (2, 3)]
 
     early = plan(snap(job, pods, **existing_children(job)))
     assert patched_pods(early) == []
@@ -182,8 +182,8 @@ def test_after_a_restart_leaving_workers_are_deleted_at_since_plus_grace_and_not
 def test_restart_with_a_scale_down_already_decided_keeps_the_same_victims() -> None:
     # replicas 2, four workers, 0 and 3 already leaving (chosen before the restart): nobody else is chosen.
     job = _job(2)
-    pods = [worker(job, 0, annotations=leaving(ts(-5), "scale-down")), worker(job, 1), worker(job, 2)]
-    pods.append(worker(job, 3, annotations=leaving(ts(-5), "scale-down")))
+    pods = [worker(job, 0, annotations=leaving(ts(-5), "scale-down", grace=GRACE)), worker(job, 1), worker(job, 2)]
+    pods.append(worker(job, 3, annotations=leaving(ts(-5), "scale-down", grace=GRACE)))
 
     actions = plan(snap(job, pods, **existing_children(job)))
 

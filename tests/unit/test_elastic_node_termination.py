@@ -188,7 +188,7 @@ def test_the_reaction_is_not_repeated_once_recorded() -> None:
     job = _job(replicas=2, to_delete=["pi-worker-2", "pi-worker-3"])
     pods = _pods(job)
     for p in pods[2:]:
-        p["metadata"]["annotations"] = leaving(ts(-5))
+        p["metadata"]["annotations"] = leaving(ts(-5), grace=GRACE)
 
     actions = plan(snap(job, pods, node_map=_nodes(taints=[SPOT_TAINT]), **existing_children(job)))
 

@@ -63,7 +63,7 @@ def test_listed_workers_leave_discovery_first_and_are_not_deleted_yet() -> None:
     annotated = patches(actions, "Pod")
     assert [p.name for p in annotated] == ["pi-worker-1", "pi-worker-3"]
     for p in annotated:
-        assert p.patch == {"metadata": {"annotations": leaving(ts(0))}}
+        assert p.patch == {"metadata": {"annotations": leaving(ts(0), grace=GRACE)}}
         assert p.resource_version == "10"
     data = config_data(actions)
     assert data is not None
@@ -86,7 +86,7 @@ def test_listed_workers_are_deleted_after_the_grace_period_and_not_before() -> N
     job = _job(2, ["pi-worker-1", "pi-worker-3"])
     pods = _four(job)
     for p in pods[1::2]:
-        p["metadata"]["annotations"] = leaving(ts(0))
+        p["metadata"]["annotations"] = leaving(ts(0), grace=GRACE)
 
     halfway = plan(snap(job, pods, **existing_children(job), now=at(GRACE - 10)))
     assert deleted_pods(halfway) == []

@@ -26,6 +26,18 @@ ANNOTATION_REGROW_REPLICAS = "mpijob.kubeflow.org/regrow-replicas"
 # On a worker created to grow back (a probe); its value is when. Until it is bound to a node it does not count
 # toward Worker replicas, and it is deleted if it is not bound within elasticPolicy.regrow.probeTimeoutSeconds.
 ANNOTATION_REGROW_PROBE = "mpijob.kubeflow.org/regrow-probe"
+# When the operator deletes a leaving worker's pod (RFC 3339 UTC, whole seconds): written with leaving-since
+# (no extra write), so the training process can checkpoint in time. An elastic worker reads it, and the
+# reason, from files a downwardAPI volume projects (LEAVING_MOUNT_PATH); both are empty while it serves.
+ANNOTATION_LEAVING_DEADLINE = "mpijob.kubeflow.org/leaving-deadline"
+LEAVING_MOUNT_PATH = "/etc/mpi-leaving"
+LEAVING_DEADLINE_FILE = "deadline"
+LEAVING_REASON_FILE = "reason"
+# On each live launcher pod of an elastic job: the leaving workers not being deleted yet and their deadlines,
+# a JSON object {"<worker pod name>": "<RFC 3339 UTC>"} (absent when none), projected as
+# DISCOVERY_MOUNT_PATH/LEAVING_WORKERS_FILE. Written with the discovery list when both change (one write).
+ANNOTATION_LEAVING_WORKERS = "mpijob.kubeflow.org/leaving-workers"
+LEAVING_WORKERS_FILE = "leaving"
 ANNOTATION_DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 
 CONFIG_MOUNT_PATH = "/etc/mpi"

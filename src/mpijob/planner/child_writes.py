@@ -124,23 +124,29 @@ def ensure_config_map(ctx: PlanContext, decided: WorkerPlan) -> str:
     return listed
 
 
-def nudge_launcher(ctx: PlanContext, listed: str) -> None:
+def nudge_launcher(ctx: PlanContext, listed: str, leaving: str | None = None) -> None:
     """The discovery list in an annotation of each live launcher pod, which a downwardAPI volume projects
     into it: the kubelet syncs a pod as soon as its annotations change, so the launcher's file fallback
-    follows within about a second instead of the ConfigMap volume's ~1 min resync. Written only when it
-    differs (a steady job writes nothing)."""
+    follows within about a second instead of the ConfigMap volume's ~1 min resync. Beside it, the leaving
+    workers and their deadlines (`worker_writes.launcher_leaving`; None removes it), in the same write.
+    Written only when either differs (a steady job writes nothing)."""
     if ctx.spec.elastic_policy is None:
         return
     for pod in ctx.launcher_pods:
         if is_terminating(pod) or pod_phase(pod) in FINISHED_PHASES:
             continue
         current = annotations_of(pod).get(constants.ANNOTATION_DISCOVERED_HOSTS)
+        changes: dict[str, str | None] = {}
         if current != listed:
+            changes[constants.ANNOTATION_DISCOVERED_HOSTS] = listed
+        if annotations_of(pod).get(constants.ANNOTATION_LEAVING_WORKERS) != leaving:
+            changes[constants.ANNOTATION_LEAVING_WORKERS] = leaving
+        if changes:
             patch = Patch(
                 "v1",
                 "Pod",
                 name_of(pod),
-                {"metadata": {"annotations": {constants.ANNOTATION_DISCOVERED_HOSTS: listed}}},
+                {"metadata": {"annotations": changes}},
                 resource_version=resource_version(pod),
             )
             ctx.draft.discovery.append(patch)

@@ -112,6 +112,16 @@ def _ssh_volume(job_name: str, mount_path: str) -> tuple[Obj, Obj]:
     return volume, {"name": "ssh-auth", "mountPath": mount_path}
 
 
+def _annotation_volume(name: str, mount_path: str, files: dict[str, str]) -> tuple[Obj, Obj]:
+    """A downwardAPI volume with one file per annotation of the pod itself (empty while it is not set): the
+    kubelet rewrites the files when the annotations change, an env var would never change."""
+    items = [
+        {"path": path, "fieldRef": {"fieldPath": f"metadata.annotations['{key}']"}, "mode": 0o444}
+        for path, key in files.items()
+    ]
+    return {"name": name, "downwardAPI": {"items": items}}, {"name": name, "mountPath": mount_path, "readOnly": True}
+
+
 def _implementation_env(spec: MPIJobSpec) -> list[Obj]:
     hostfile = f"{constants.CONFIG_MOUNT_PATH}/{constants.HOSTFILE_KEY}"
     ssh_args = "-o ConnectionAttempts=10"
@@ -207,23 +217,16 @@ def launcher_job(job: Obj, spec: MPIJobSpec, *, discovery_account: str | None = 
     volumes = [ssh_volume, config_volume]
     mounts = [ssh_mount, {"name": "mpi-job-config", "mountPath": constants.CONFIG_MOUNT_PATH}]
     if spec.elastic_policy is not None:
-        volumes.append(
+        volume, mount = _annotation_volume(
+            "mpi-job-discovery",
+            constants.DISCOVERY_MOUNT_PATH,
             {
-                "name": "mpi-job-discovery",
-                "downwardAPI": {
-                    "items": [
-                        {
-                            "path": constants.DISCOVERY_FILE,
-                            "fieldRef": {
-                                "fieldPath": f"metadata.annotations['{constants.ANNOTATION_DISCOVERED_HOSTS}']"
-                            },
-                            "mode": 0o444,
-                        }
-                    ]
-                },
-            }
+                constants.DISCOVERY_FILE: constants.ANNOTATION_DISCOVERED_HOSTS,
+                constants.LEAVING_WORKERS_FILE: constants.ANNOTATION_LEAVING_WORKERS,
+            },
         )
-        mounts.append({"name": "mpi-job-discovery", "mountPath": constants.DISCOVERY_MOUNT_PATH, "readOnly": True})
+        volumes.append(volume)
+        mounts.append(mount)
     pod_spec["volumes"] = list(pod_spec.get("volumes") or []) + volumes
     env = [{"name": "K_MPI_JOB_ROLE", "value": constants.ROLE_LAUNCHER}, *_implementation_env(spec)]
     for container in pod_spec.get("containers") or []:
@@ -322,13 +325,27 @@ def worker_pod(job: Obj, spec: MPIJobSpec, index: int, cluster_domain: str) -> O
     if pod_spec.get("hostNetwork"):
         pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     ssh_volume, ssh_mount = _ssh_volume(name, spec.ssh_auth_mount_path)
-    pod_spec["volumes"] = list(pod_spec.get("volumes") or []) + [ssh_volume]
+    volumes, mounts = [ssh_volume], [ssh_mount]
+    if spec.elastic_policy is not None:
+        # When this worker will be deleted, for its training process (a pod's volumes are fixed at creation,
+        # so every elastic worker has them; a static job's pods stay as the reference makes them).
+        volume, mount = _annotation_volume(
+            "mpi-job-leaving",
+            constants.LEAVING_MOUNT_PATH,
+            {
+                constants.LEAVING_DEADLINE_FILE: constants.ANNOTATION_LEAVING_DEADLINE,
+                constants.LEAVING_REASON_FILE: constants.ANNOTATION_LEAVING_REASON,
+            },
+        )
+        volumes.append(volume)
+        mounts.append(mount)
+    pod_spec["volumes"] = list(pod_spec.get("volumes") or []) + volumes
     containers = pod_spec.get("containers") or []
     if containers and not containers[0].get("command") and not containers[0].get("args"):
         containers[0]["command"] = ["/usr/sbin/sshd", "-De"]
     for container in containers:
         _add_env(container, [{"name": "K_MPI_JOB_ROLE", "value": constants.ROLE_WORKER}])
-        container["volumeMounts"] = list(container.get("volumeMounts") or []) + [ssh_mount]
+        container["volumeMounts"] = list(container.get("volumeMounts") or []) + mounts
     metadata = _metadata(job, pod_name, labels)
     if tmeta.get("annotations"):
         metadata["annotations"] = dict(tmeta["annotations"])

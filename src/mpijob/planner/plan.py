@@ -103,9 +103,11 @@ def active(ctx: PlanContext) -> None:
     # Bounded work per reconcile: at most so many marks and deletes (creates: see create_budget).
     decided = worker_writes.within_budget(ctx, worker_writes.decide(ctx, suspended))
     worker_writes.record_decisions(ctx, decided)
-    worker_writes.mark_leaving(ctx, decided)
+    deadlines = worker_writes.leaving_deadlines(ctx, decided)
+    worker_writes.mark_leaving(ctx, decided, deadlines)
+    worker_writes.correct_deadlines(ctx, decided, deadlines)
     listed = child_writes.ensure_config_map(ctx, decided)
-    child_writes.nudge_launcher(ctx, listed)
+    child_writes.nudge_launcher(ctx, listed, worker_writes.launcher_leaving(deadlines))
     worker_writes.announce_decisions(ctx, decided)
     child_writes.ensure_secret(ctx)
     child_writes.ensure_pdb(ctx)

@@ -7,7 +7,9 @@ takes the plan's PlanContext and adds to its draft, like child_writes.py does fo
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 from mpijob.api import constants
@@ -17,8 +19,15 @@ from mpijob.planner.actions import Patch
 from mpijob.planner.backoff import replacement_backoff
 from mpijob.planner.draft import PlanContext
 from mpijob.planner.elastic import plan_elastic
-from mpijob.planner.snapshot import name_of, resource_version
-from mpijob.planner.workers import WorkerPlan, highest_worker_index, plan_static, readable_last_index
+from mpijob.planner.snapshot import annotations_of, format_time, is_terminating, name_of, resource_version
+from mpijob.planner.workers import (
+    WorkerPlan,
+    highest_worker_index,
+    is_leaving,
+    leaving_since,
+    plan_static,
+    readable_last_index,
+)
 
 SLOW_START_CREATES = 16
 MAX_CREATES_PER_RECONCILE = 500
@@ -28,6 +37,9 @@ MAX_CREATES_PER_RECONCILE = 500
 MAX_MARKS_PER_RECONCILE = 500
 MAX_DELETES_PER_RECONCILE = 500
 BUDGET_REQUEUE_SECONDS = 1.0
+# Leaving workers the launcher's annotation names (the soonest first): an annotation must stay well under the
+# API server's 256 KiB for all of a pod's annotations.
+MAX_LEAVING_LISTED = 1000
 
 
 def create_budget(existing_workers: int) -> int:
@@ -102,14 +114,49 @@ def record_decisions(ctx: PlanContext, decided: WorkerPlan) -> None:
         )
 
 
-def mark_leaving(ctx: PlanContext, decided: WorkerPlan) -> None:
-    """The leaving annotation (since now, and why) on each worker that leaves; optimistic, so a worker
-    that changed since the snapshot is decided again on fresh data."""
+def leaving_deadlines(ctx: PlanContext, decided: WorkerPlan) -> dict[str, str]:
+    """When the operator deletes each leaving worker of an elastic job that is not being deleted yet (RFC 3339
+    UTC): its leaving time plus scaleInGracePeriodSeconds, as `elastic.deletions` decides; now for one
+    marked and deleted in this plan (not serving). A deletion can come sooner (its node is deleted), never
+    later; the pod's own terminationGracePeriodSeconds follow it."""
+    policy = ctx.spec.elastic_policy
+    if policy is None:
+        return {}
+    grace = timedelta(seconds=policy.scale_in_grace_period_seconds)
+    now = ctx.snapshot.now.replace(microsecond=0)  # as ctx.now, the leaving-since written now
+    marked = {name_of(leave.pod) for leave in decided.to_leave}
+    deleted = {name_of(pod) for pod in decided.to_delete}
+    deadlines: dict[str, str] = {}
+    for pod in ctx.workers:
+        name = name_of(pod)
+        if is_terminating(pod):
+            continue
+        if name in marked:
+            deadlines[name] = format_time(now if name in deleted else now + grace)
+        elif is_leaving(pod):
+            deadlines[name] = format_time(leaving_since(pod, now) + grace)
+    return deadlines
+
+
+def launcher_leaving(deadlines: dict[str, str]) -> str | None:
+    """The launcher's leaving-workers annotation: a JSON object, the soonest MAX_LEAVING_LISTED; None (no
+    annotation) when no worker is leaving."""
+    if not deadlines:
+        return None
+    soonest = sorted(deadlines.items(), key=lambda item: (item[1], item[0]))[:MAX_LEAVING_LISTED]
+    return json.dumps(dict(sorted(soonest)), separators=(",", ":"))
+
+
+def mark_leaving(ctx: PlanContext, decided: WorkerPlan, deadlines: dict[str, str]) -> None:
+    """The leaving annotations (since now, why, and for an elastic job when the pod is deleted) on each worker
+    that leaves; optimistic, so a worker that changed since the snapshot is decided again on fresh data."""
     for leave in decided.to_leave:
         annotations = {
             constants.ANNOTATION_LEAVING_SINCE: ctx.now,
             constants.ANNOTATION_LEAVING_REASON: leave.reason,
         }
+        if name_of(leave.pod) in deadlines:
+            annotations[constants.ANNOTATION_LEAVING_DEADLINE] = deadlines[name_of(leave.pod)]
         ctx.draft.mark.append(
             Patch(
                 "v1",
@@ -119,6 +166,27 @@ def mark_leaving(ctx: PlanContext, decided: WorkerPlan) -> None:
                 resource_version=resource_version(leave.pod),
             )
         )
+
+
+def correct_deadlines(ctx: PlanContext, decided: WorkerPlan, deadlines: dict[str, str]) -> None:
+    """A worker marked earlier whose deadline annotation is not the one due (marked by an operator version that
+    wrote none, scaleInGracePeriodSeconds edited since, a hand edit) gets the right one; within the marks'
+    budget. Not for a worker deleted in this plan (it gets SIGTERM now). A steady job writes nothing here: every
+    leaving worker already carries its deadline."""
+    skip = {name_of(leave.pod) for leave in decided.to_leave} | {name_of(pod) for pod in decided.to_delete}
+    budget = MAX_MARKS_PER_RECONCILE - len(decided.to_leave)
+    for pod in ctx.workers:
+        name = name_of(pod)
+        due = deadlines.get(name)
+        if due is None or name in skip or annotations_of(pod).get(constants.ANNOTATION_LEAVING_DEADLINE) == due:
+            continue
+        if budget <= 0:
+            ctx.draft.wake.append(BUDGET_REQUEUE_SECONDS)
+            return
+        budget -= 1
+        annotations = {constants.ANNOTATION_LEAVING_DEADLINE: due}
+        patch = {"metadata": {"annotations": annotations}}
+        ctx.draft.mark.append(Patch("v1", "Pod", name, patch, resource_version=resource_version(pod)))
 
 
 def announce_decisions(ctx: PlanContext, decided: WorkerPlan) -> None:
