@@ -314,6 +314,13 @@ async def test_spot_taint_on_a_kueue_managed_elastic_job_removes_the_nodes_worke
         assert set(kept) <= discovered and not discovered & {d["metadata"]["name"] for d in doomed}
         # Replacements keep the admitted count; with room on the healthy node they run there.
         assert len(now) == 4 and all(n not in {d["metadata"]["name"] for d in doomed} for n in now)
+        # Under Kueue the admitted count rules: no regrow target, no probe, no second accounting of quota.
+        annotations = job["metadata"].get("annotations") or {}
+        assert c.ANNOTATION_REGROW_TARGET not in annotations, annotations
+        assert not any(
+            c.ANNOTATION_REGROW_PROBE in (p["metadata"].get("annotations") or {})
+            for p in live(await kube.workers("spot"))
+        )
 
 
 async def test_targeted_scale_in_of_a_kueue_managed_job_drains_and_replaces_without_suspending_it(
