@@ -708,7 +708,18 @@ async def test_after_a_spot_interruption_the_job_waits_with_timed_out_probes_and
         now = {p["metadata"]["name"]: p for p in await kube.workers(run.job)}
         assert {n: now[n]["metadata"]["uid"] for n in keepers if n in now} == uids
         assert run.launcher_restarts() == 0, "the launcher's horovodrun exited and was restarted"
-        record(horovod_regrow_probes=probes, horovod_regrow_backoff_events=len(backoffs))
+        # For docs/results.md: where a newcomer's time went (created, bound, Ready: the kubelet's part), seconds
+        # after the untaint, beside when the launcher first listed it.
+        timeline: dict[str, Obj] = {}
+        for name in newcomers:
+            pod = now[name]
+            conds = {
+                k["type"]: round(rfc3339(k["lastTransitionTime"]) - untainted, 1) for k in pod["status"]["conditions"]
+            }
+            first = next((float(at) for at, h in DISCOVERED.findall(log) if f"{name}." in h), untainted) - untainted
+            created = round(rfc3339(pod["metadata"]["creationTimestamp"]) - untainted, 1)
+            timeline[name] = {"created": created, **conds, "listed": round(first, 1)}
+        record(horovod_regrow_probes=probes, horovod_regrow_backoff_events=len(backoffs), newcomers=timeline)
     except BaseException:
         print(diagnostics(tb, kube, run))
         raise
