@@ -102,7 +102,8 @@ def horovod_job(
     worker_placement: Obj | None = None,
     launcher_placement: Obj | None = None,
     pre_stop_sleep: int | None = None,
-    regrow: bool = True,
+    regrow: bool | Obj = True,
+    worker_resources: Obj | None = None,
 ) -> Obj:
     script = "/opt/train/elastic_train.py"
     launcher = (
@@ -114,14 +115,18 @@ def horovod_job(
     train_volume = {"name": "train", "configMap": {"name": f"{name}-train"}}
     train_mount = {"name": "train", "mountPath": "/opt/train"}
     worker: Obj = {"name": "worker", "image": image, "imagePullPolicy": "Never", "volumeMounts": [train_mount]}
+    if worker_resources is not None:
+        worker["resources"] = worker_resources
     grace: Obj = {}
     if pre_stop_sleep is not None:
         # docs/elastic.md "What the training script must do": outlive SIGTERM until the ring has re-formed.
         worker["lifecycle"] = {"preStop": {"exec": {"command": ["sleep", str(pre_stop_sleep)]}}}
         grace = {"terminationGracePeriodSeconds": pre_stop_sleep + 10}
     elastic: Obj = {"minReplicas": 1, "maxReplicas": 8, "scaleInGracePeriodSeconds": 20, "hostDiscovery": "File"}
-    if not regrow:
+    if regrow is False:
         elastic["regrow"] = {"enabled": False}
+    elif isinstance(regrow, dict):
+        elastic["regrow"] = regrow
     return mpijob(
         name,
         workers=workers,
@@ -543,6 +548,185 @@ async def test_a_spot_interruption_on_one_of_two_real_nodes_removes_its_workers_
         syncer.cancel()
         if watcher is not None:
             watcher.cancel()
+        await untaint_node(rn_api, nodes[1], SPOT_ITN_TAINT)
+        await kube.delete(API_VERSION, "MPIJob", run.job)
+
+
+# Short probe timings so the test sees a whole timed-out round (probe Pending, deleted at its timeout, backoff)
+# within seconds; the defaults (180 s, 60 s) are for real autoscalers (docs/elastic.md "Why these defaults").
+REGROW_FAST: Obj = {"maxProbes": 2, "probeTimeoutSeconds": 15, "backoffSeconds": 5, "maxBackoffSeconds": 10}
+
+
+def millicores(quantity: str) -> int:
+    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
+
+
+async def watch_probes(kube: Kube, job: str, seen: dict[str, Obj]) -> None:
+    """Every regrow probe of the job: the node it was bound to (None while never bound) and when it was gone."""
+    while True:
+        pods = {p["metadata"]["name"]: p for p in await kube.workers(job)}
+        for name, pod in pods.items():
+            if c.ANNOTATION_REGROW_PROBE in ((pod["metadata"].get("annotations")) or {}):
+                seen.setdefault(name, {"node": None, "gone": None})
+            if name in seen and pod["spec"].get("nodeName"):
+                seen[name]["node"] = pod["spec"]["nodeName"]
+        for name, rec in seen.items():
+            if name not in pods and rec["gone"] is None:
+                rec["gone"] = time.time()
+        await asyncio.sleep(0.5)
+
+
+async def test_after_a_spot_interruption_the_job_waits_with_timed_out_probes_and_grows_back_when_real_2_returns(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_api: ApiClient,  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    horovod_image: str,
+) -> None:
+    """Regrow on real Horovod (issue 19 item 4). Four workers, two and two on real-1 and real-2, each requesting
+    2/5 of a node's CPU so that a node fits two and never a third. real-2 gets the spot taint: Horovod drops
+    its two hosts at a commit and trains on with two; the operator's probes find no node (real-1 is full,
+    real-2 tainted), wait Pending and are deleted at their timeout, and the job backs off. Then the taint goes
+    (real-2 is back): the next probes bind on real-2 under fresh names, the launcher's discover_hosts.sh lists
+    four workers again, Horovod re-forms at four and commits at four; no rollback, no blacklist; the MPIJob is
+    back at its target with nothing left in status.regrow."""
+    tb, kube = real_testbed[0], rn_kube
+    nodes = realnode.node_names(2)
+    alloc = {
+        n: millicores(json.loads(kubectl(tb, "get", "node", n, "-o", "json"))["status"]["allocatable"]["cpu"])
+        for n in nodes
+    }
+    cpu = min(alloc.values()) * 2 // 5
+    assert all(2 * cpu <= a < 3 * cpu for a in alloc.values()), (alloc, cpu)
+    tolerations = ON_REAL_NODE["tolerations"]
+    labels = {c.LABEL_JOB_NAME: "hvd", c.LABEL_JOB_ROLE: c.ROLE_WORKER}
+    run, syncer = await start_training(
+        tb,
+        kube,
+        horovod_image,
+        4,
+        worker_placement={"tolerations": tolerations, **spread_over(nodes, labels)},
+        launcher_placement={"tolerations": tolerations, "nodeSelector": {HOSTNAME: nodes[0]}},
+        regrow=REGROW_FAST,
+        worker_resources={"requests": {"cpu": f"{cpu}m"}},
+    )
+    probes: dict[str, Obj] = {}
+    prober: asyncio.Task[None] | None = None
+    try:
+        workers = await kube.workers(run.job)
+        on = {n: sorted(p["metadata"]["name"] for p in workers if p["spec"].get("nodeName") == n) for n in nodes}
+        victims, keepers = on[nodes[1]], on[nodes[0]]
+        assert len(victims) == 2 and len(keepers) == 2, on
+        uids = {p["metadata"]["name"]: p["metadata"]["uid"] for p in workers if p["metadata"]["name"] in keepers}
+        prober = asyncio.create_task(watch_probes(kube, run.job, probes))
+
+        # real-2 goes: the shrink, at a commit.
+        mark = last_batch(run.log())
+        await taint_node(rn_api, nodes[1], SPOT_ITN_TAINT, effect="NoSchedule")
+        await run.wait_log(lambda log: commits_after(log, mark, 2, 3), "training going on with 2 workers")
+
+        # While real-2 is away the probes find no node: a round times out, its probes are deleted, a backoff.
+        async def timed_out() -> Obj | None:
+            job = await kube.get(API_VERSION, "MPIJob", run.job) or {}
+            regrow = (job.get("status") or {}).get("regrow") or {}
+            if (regrow.get("timedOutAttempts") or 0) >= 1 and regrow.get("lastTimedOut"):
+                return {"regrow": regrow, "job": job}
+            return None
+
+        found = await eventually(timed_out, within=120, interval=1, what="a probe round timed out")
+        regrow, job = found["regrow"], found["job"]
+        assert regrow["target"] == 4 and regrow["current"] == 2, regrow
+        assert job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+        assert job["metadata"]["annotations"][c.ANNOTATION_REGROW_TARGET] == "4"
+        timed = regrow["lastTimedOut"]
+        assert all(name in probes for name in timed), (timed, probes)
+
+        async def gone() -> bool:
+            return all(probes[n]["gone"] for n in timed)
+
+        await eventually(gone, within=30, what="the timed-out probes deleted")
+        assert all(probes[n]["node"] is None for n in timed), probes
+        backoffs = [e["message"] for e in await kube.events(run.job) if e.get("reason") == "RegrowBackoff"]
+        assert backoffs, "no RegrowBackoff event"
+        log = run.log()
+        after_taint = commits(log[log.index(f"COMMIT batch={mark} ") :])
+        first_two = [s for _, s in after_taint].index(2)
+        assert all(s == 2 for _, s in after_taint[first_two:]), after_taint
+
+        # real-2 comes back: the job grows back to its target.
+        mark2 = last_batch(log)
+        untainted, t1 = time.time(), time.monotonic()
+        await untaint_node(rn_api, nodes[1], SPOT_ITN_TAINT)
+
+        async def discovered_all() -> list[str] | None:
+            out = kubectl(tb, "-n", kube.ns, "exec", run.launcher, "--", "sh", "/etc/mpi/discover_hosts.sh")
+            hosts = [h.split(":")[0].split(".")[0] for h in out.split()]
+            return hosts if len(hosts) == 4 else None
+
+        hosts = await eventually(discovered_all, within=240, interval=1, what="discovery back at 4 workers")
+        record(horovod_regrow_untaint_to_discover_hosts_at_target_s=round(time.monotonic() - t1, 1))
+        await run.wait_log(lambda log: commits_after(log, mark2, 4, 1), "a commit with 4 workers", within=300)
+        record(horovod_regrow_untaint_to_first_commit_at_target_s=round(time.monotonic() - t1, 1))
+        await run.wait_log(lambda log: commits_after(log, mark2, 4, 3), "training going on with 4 workers")
+        await asyncio.sleep(5)  # a late failure would show by now
+        log = run.log()
+        listed = next(
+            (float(at) for at, h in DISCOVERED.findall(log) if float(at) > untainted and len(h.split()) == 4), None
+        )
+        assert listed is not None, log[-3000:]
+        record(horovod_regrow_untaint_to_launcher_discovery_at_target_s=round(listed - untainted, 1))
+
+        # The newcomers: fresh names (above every index the job used), bound on real-2, ordinary workers now.
+        newcomers = sorted(set(hosts) - set(keepers))
+        assert set(keepers) < set(hosts) and len(newcomers) == 2, (hosts, keepers)
+        assert all((c.worker_index(run.job, n) or 0) >= 4 for n in newcomers), newcomers
+        assert all(probes.get(n, {}).get("node") == nodes[1] for n in newcomers), (newcomers, probes)
+        # Horovod's log: re-formed at 4 at a commit boundary and committing at 4, nothing rolled back or
+        # blacklisted over the whole run, commit batches strictly increasing.
+        assert not ROLLBACK.search(log), log[-3000:]
+        assert "blacklist" not in log, log[-3000:]
+        removed = set(re.findall(r"(\S+?)\.\S*\[\d+\] has been removed from elastic job", log))
+        assert removed == set(victims), (removed, victims)
+        after = log[log.index(f"COMMIT batch={mark2} ") :]
+        resets = [(int(b), int(s)) for b, s in RESET.findall(after)]
+        assert resets and all(s in (3, 4) and b >= mark2 and b % 5 == 0 for b, s in resets), resets
+        assert resets[-1][1] == 4 and commits(after)[-1][1] == 4, (resets, commits(after))
+        batches = [b for b, _ in commits(log)]
+        assert batches == sorted(batches) and len(set(batches)) == len(batches), batches
+        for name in newcomers:
+            joined = kubectl(tb, "-n", kube.ns, "exec", name, "--", "ps", "-eo", "args")
+            assert "elastic_train.py" in joined, joined
+
+        # The API: back at the target, the regrow bookkeeping gone, a Regrown Event; same launcher and keepers.
+        job = await kube.get(API_VERSION, "MPIJob", run.job) or {}
+        assert job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 4
+        annotations = job["metadata"].get("annotations") or {}
+        assert c.ANNOTATION_REGROW_TARGET not in annotations and c.ANNOTATION_REGROW_REPLICAS not in annotations
+        assert not (job.get("status") or {}).get("regrow"), job["status"]
+        said = [e["message"] for e in await kube.events(run.job) if e.get("reason") == "Regrown"]
+        assert said, "no Regrown event"
+        now = {p["metadata"]["name"]: p for p in await kube.workers(run.job)}
+        assert {n: now[n]["metadata"]["uid"] for n in keepers if n in now} == uids
+        assert run.launcher_restarts() == 0, "the launcher's horovodrun exited and was restarted"
+        # For docs/results.md: where a newcomer's time went (created, bound, Ready: the kubelet's part), seconds
+        # after the untaint, beside when the launcher first listed it.
+        timeline: dict[str, Obj] = {}
+        for name in newcomers:
+            pod = now[name]
+            conds = {
+                k["type"]: round(rfc3339(k["lastTransitionTime"]) - untainted, 1) for k in pod["status"]["conditions"]
+            }
+            first = next((float(at) for at, h in DISCOVERED.findall(log) if f"{name}." in h), untainted) - untainted
+            created = round(rfc3339(pod["metadata"]["creationTimestamp"]) - untainted, 1)
+            timeline[name] = {"created": created, **conds, "listed": round(first, 1)}
+        record(horovod_regrow_probes=probes, horovod_regrow_backoff_events=len(backoffs), newcomers=timeline)
+    except BaseException:
+        print(diagnostics(tb, kube, run))
+        raise
+    finally:
+        syncer.cancel()
+        if prober is not None:
+            prober.cancel()
         await untaint_node(rn_api, nodes[1], SPOT_ITN_TAINT)
         await kube.delete(API_VERSION, "MPIJob", run.job)
 
