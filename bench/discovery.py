@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness import finish, print_table, report_header, testbed_with_crd
+from harness import finish, print_table, report_header, spread_elastic_job, testbed_with_crd
 from kubernetes_asyncio.client import CoreV1Api
 from plots import discovery_plots
 
@@ -42,39 +42,18 @@ from mpijob.planner.discovery import listed_hosts
 from mpijob_testbed import delete_node, taint_node
 from mpijob_testbed.client import load_api_client
 from mpijob_testbed.launcher_view import launcher_view
-from mpijob_testbed.nodes import node_manifest, spread_over
+from mpijob_testbed.nodes import node_manifest
 from mpijob_testbed.waiting import seconds_until
 from mpijob_testbed.watching import WatchRecorder
 
 ROOT = Path(__file__).resolve().parents[1]
-HOSTNAME = "kubernetes.io/hostname"
 
 
 def _job(name: str, workers: int, worker_nodes: list[str], launcher_node: str) -> dict[str, Any]:
-    spread = {"bench": name}
-    template = {
-        "metadata": {"labels": spread},
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            **spread_over(worker_nodes, spread),
-            "containers": [{"name": "w", "image": "x"}],
-        },
-    }
-    launcher = {"spec": {"nodeSelector": {HOSTNAME: launcher_node}, "containers": [{"name": "l", "image": "x"}]}}
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "MPIJob",
-        "metadata": {"name": name},
-        "spec": {
-            # The default grace period (30 s): the victims keep running while the launchers must drop them.
-            # Regrow off, so the figures stay those of the taint alone (regrow: bench/regrow.py).
-            "elasticPolicy": {"minReplicas": 1, "maxReplicas": workers, "regrow": {"enabled": False}},
-            "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "template": launcher},
-                "Worker": {"replicas": workers, "template": template},
-            },
-        },
-    }
+    # The default grace period (30 s): the victims keep running while the launchers must drop them.
+    # Regrow off, so the figures stay those of the taint alone (regrow: bench/regrow.py).
+    elastic = {"minReplicas": 1, "maxReplicas": workers, "regrow": {"enabled": False}}
+    return spread_elastic_job(name, workers, worker_nodes, launcher_node, elastic)
 
 
 def _annotation(pod: dict[str, Any]) -> str:

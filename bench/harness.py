@@ -13,8 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from mpijob.api.models import API_VERSION
 from mpijob.cli.operator import install_crd
 from mpijob_testbed import cluster
+from mpijob_testbed.nodes import spread_over
 
 
 def report_header() -> dict[str, Any]:
@@ -55,3 +57,33 @@ def finish(report: dict[str, Any], json_path: str | None) -> int:
     if json_path:
         Path(json_path).write_text(json.dumps(report, indent=2))
     return 0
+
+
+def spread_elastic_job(
+    name: str, workers: int, worker_nodes: list[str], launcher_node: str, elastic: dict[str, Any]
+) -> dict[str, Any]:
+    """An elastic MPIJob of placeholder containers: workers spread evenly over `worker_nodes`, the launcher
+    pinned to `launcher_node` (the discovery and regrow benchmarks' job)."""
+    spread = {"bench": name}
+    template = {
+        "metadata": {"labels": spread},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            **spread_over(worker_nodes, spread),
+            "containers": [{"name": "w", "image": "x"}],
+        },
+    }
+    pin = {"kubernetes.io/hostname": launcher_node}
+    launcher = {"spec": {"nodeSelector": pin, "containers": [{"name": "l", "image": "x"}]}}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "MPIJob",
+        "metadata": {"name": name},
+        "spec": {
+            "elasticPolicy": elastic,
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": launcher},
+                "Worker": {"replicas": workers, "template": template},
+            },
+        },
+    }

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import finish, print_table, report_header, testbed_with_crd
+from harness import finish, print_table, report_header, spread_elastic_job, testbed_with_crd
 from kubernetes_asyncio.client import CoreV1Api
 
 from mpijob.api import constants as c
@@ -38,26 +38,15 @@ from mpijob.executor.client import Client
 from mpijob.executor.resources import collection_path
 from mpijob_testbed import delete_node, taint_node
 from mpijob_testbed.client import load_api_client
-from mpijob_testbed.nodes import node_manifest, spread_over
+from mpijob_testbed.nodes import node_manifest
 from mpijob_testbed.waiting import seconds_until
 from mpijob_testbed.watching import WatchRecorder
 
 ROOT = Path(__file__).resolve().parents[1]
-HOSTNAME = "kubernetes.io/hostname"
 Obj = dict[str, Any]
 
 
 def _job(name: str, workers: int, nodes: list[str], launcher_node: str, policy: str, regrow: Obj) -> Obj:
-    spread = {"bench": name}
-    template = {
-        "metadata": {"labels": spread},
-        "spec": {
-            "terminationGracePeriodSeconds": 1,
-            **spread_over(nodes, spread),
-            "containers": [{"name": "w", "image": "x"}],
-        },
-    }
-    launcher = {"spec": {"nodeSelector": {HOSTNAME: launcher_node}, "containers": [{"name": "l", "image": "x"}]}}
     elastic: Obj = {
         "minReplicas": 1,
         "maxReplicas": workers,
@@ -66,18 +55,7 @@ def _job(name: str, workers: int, nodes: list[str], launcher_node: str, policy: 
     }
     if regrow:
         elastic["regrow"] = regrow
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "MPIJob",
-        "metadata": {"name": name},
-        "spec": {
-            "elasticPolicy": elastic,
-            "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "template": launcher},
-                "Worker": {"replicas": workers, "template": template},
-            },
-        },
-    }
+    return spread_elastic_job(name, workers, nodes, launcher_node, elastic)
 
 
 async def _node(v1: CoreV1Api, name: str, pods: int) -> None:
