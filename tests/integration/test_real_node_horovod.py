@@ -199,6 +199,15 @@ class Run:
         (self.tb.state_dir.parent / f"{self.kube.ns}-launcher.log").write_text(text)
         return text
 
+    def previous_log(self) -> str:
+        """The log of the launcher's container before its last restart ("" if it never restarted): why the
+        first horovodrun exited, which the restarted one's log no longer says."""
+        if not self.launcher or self.launcher_restarts() == 0:
+            return ""
+        text = kubectl(self.tb, "-n", self.kube.ns, "logs", "--previous", self.launcher, timeout=60)
+        (self.tb.state_dir.parent / f"{self.kube.ns}-launcher-previous.log").write_text(text)
+        return text
+
     async def wait_log(self, check: Any, what: str, within: float = 240) -> Any:
         async def probe() -> Any:
             return check(self.log())
@@ -216,6 +225,12 @@ def diagnostics(tb: cluster.Testbed, kube: Kube, run: Run) -> str:
         for cmd in ("ps -eo pid,ppid,etime,args", "cat /etc/resolv.conf", "cat /tmp/discovered 2>/dev/null"):
             with contextlib.suppress(AssertionError, subprocess.TimeoutExpired):
                 out.append(f"--- {name}: {cmd}\n" + kubectl(tb, "-n", kube.ns, "exec", name, "--", "sh", "-c", cmd))
+    with contextlib.suppress(AssertionError, subprocess.TimeoutExpired):
+        previous = run.previous_log()
+        if previous:
+            # Not the Horovod KV-store chatter: the lines that say what failed.
+            lines = [ln for ln in previous.splitlines() if "scope " not in ln and "Scope " not in ln]
+            out.append("--- launcher before its restart (last 120 lines):\n" + "\n".join(lines[-120:]))
     return "\n".join(out)
 
 

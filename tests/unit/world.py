@@ -458,11 +458,15 @@ class World:
             status = pod.get("status") or {}
             n = next(self._ip)
             ip = status.get("podIP") or f"10.0.{n // 250}.{n % 250 + 1}"
+            want = "True" if ready else "False"
+            # As the kubelet does: the condition's time moves only when its status does.
+            before = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+            since = before.get("lastTransitionTime") if before.get("status") == want else format_time(self.now)
             pod["status"] = {
                 **status,
                 "phase": "Running",
                 "podIP": ip,
-                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                "conditions": [{"type": "Ready", "status": want, "lastTransitionTime": since}],
             }
             self._touch(pod)
 

@@ -30,7 +30,7 @@ from mpijob.api.objects import (
     pod_phase,
     pod_ready,
 )
-from mpijob.planner import regrow
+from mpijob.planner import joining, regrow
 from mpijob.planner.actions import Emit
 from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.hostfile import host_fqdn
@@ -543,7 +543,13 @@ def plan_elastic(
     # A worker whose pod is being killed is out of discovery whatever the policy (Ignore keeps it otherwise).
     undisrupted = [p for p in leaving.kept if pod_signal(p) is None]
     hosts += [(i, constants.worker_name(job_name, i)) for i in grown.to_create]
-    wakes = [w for w in (leaving.wake_after, regrown.wake_after) if w is not None]
+    # Ready, as the headless Service's DNS records are: Horovod is never offered a name that cannot resolve.
+    serving = [p for p in undisrupted if pod_phase(p) == "Running" and pod_ready(p)]
+    names = {name_of(p) for p in serving}
+    joined = joining.hold_back(
+        serving, [p for p in undisrupted if name_of(p) not in names], record.in_discovery, snapshot.now
+    )
+    wakes = [w for w in (leaving.wake_after, regrown.wake_after, joined.wake_after) if w is not None]
     return WorkerPlan(
         new_replicas=terminations.replicas if terminations.replicas != spec.worker_replicas else None,
         new_workers_to_delete=(
@@ -559,8 +565,7 @@ def plan_elastic(
         kept=leaving.kept,
         leaving=leaving.leaving,
         hostfile_names=tuple(n for _, n in sorted(hosts)),
-        # Ready, as the headless Service's DNS records are: Horovod is never offered a name that cannot resolve.
-        discovery_names=tuple(name_of(p) for p in undisrupted if pod_phase(p) == "Running" and pod_ready(p)),
+        discovery_names=tuple(name_of(p) for p in serving if name_of(p) not in joined.held),
         foreign_names=grown.foreign_names,
         wake_after=min(wakes) if wakes else None,
         held=terminations.held,
