@@ -55,7 +55,12 @@ def _run_script(tmp_path: Path, listed: str, **env: str) -> subprocess.Completed
     script = tmp_path / "discover_hosts.sh"
     script.write_text(discovery.script("ns", "pi", "uid-1", use_api=False))
     (tmp_path / "list").write_text(listed)
-    environ = {**os.environ, "MPIJOB_DISCOVERY_FILE": str(tmp_path / "list"), **env}
+    environ = {
+        **os.environ,
+        "MPIJOB_DISCOVERY_FILE": str(tmp_path / "list"),
+        "MPIJOB_DISCOVERY_STATE": str(tmp_path / "printed"),  # not the machine's /tmp
+        **env,
+    }
     environ["PATH"] = f"{Path(sys.executable).parent}:{environ.get('PATH', '')}"
     return subprocess.run(
         ["sh", str(script), "--explain"], capture_output=True, text=True, env=environ, check=False, timeout=10
@@ -84,3 +89,39 @@ def test_the_script_checks_nothing_for_hosts_without_an_address_or_when_turned_o
     assert _run_script(tmp_path, unchecked).stdout == "localhost:1\n"
     wrong = discovery.payload("ns", "pi", ["localhost"], 1, "t0", {"localhost": "10.255.255.1"})
     assert _run_script(tmp_path, wrong, MPIJOB_DISCOVERY_DNS_CHECK="0").stdout == "localhost:1\n"
+
+
+# A name the resolver cannot even be asked about (a label over 63 bytes): its lookup errs, like a resolver that
+# does not answer within the script's budget, with no network needed.
+UNANSWERED = "w" * 64 + ".pi.ns.svc"
+
+
+def test_a_new_host_whose_lookup_gets_no_answer_is_held_back_until_dns_answers(tmp_path: Path) -> None:
+    # Seen on real Horovod: a reused name was printed because its lookup ran out of time, and Horovod's ssh, a
+    # moment later, got "Could not resolve hostname", so the ring waited for that rank until Gloo timed out.
+    listed = discovery.payload(
+        "ns", "pi", ["localhost", UNANSWERED], 1, "t0", {"localhost": "127.0.0.1", UNANSWERED: "10.0.0.9"}
+    )
+    state = tmp_path / "printed"
+    out = _run_script(tmp_path, listed, MPIJOB_DISCOVERY_STATE=str(state))
+    assert out.stdout == "localhost:1\n", out.stderr
+    assert f"held back: {UNANSWERED}:1 (no DNS answer yet (new host))" in out.stderr
+    assert state.read_text() == "localhost:1\n", "the script remembers what it printed"
+
+
+def test_a_host_printed_last_time_stays_printed_when_its_lookup_gets_no_answer(tmp_path: Path) -> None:
+    # Resolver trouble must never read as the host leaving: Horovod would take a healthy worker out.
+    listed = discovery.payload("ns", "pi", [UNANSWERED], 1, "t0", {UNANSWERED: "10.0.0.9"})
+    state = tmp_path / "printed"
+    state.write_text(f"{UNANSWERED}:1\n")
+    out = _run_script(tmp_path, listed, MPIJOB_DISCOVERY_STATE=str(state))
+    assert out.stdout == f"{UNANSWERED}:1\n", out.stderr
+    assert "held back" not in out.stderr
+
+
+def test_an_unreadable_state_keeps_the_old_rule_and_prints_an_unanswered_host(tmp_path: Path) -> None:
+    listed = discovery.payload("ns", "pi", [UNANSWERED], 1, "t0", {UNANSWERED: "10.0.0.9"})
+    state = tmp_path / "a-directory"
+    state.mkdir()  # open() fails with IsADirectoryError: not "nothing printed yet"
+    out = _run_script(tmp_path, listed, MPIJOB_DISCOVERY_STATE=str(state))
+    assert out.stdout == f"{UNANSWERED}:1\n", out.stderr

@@ -15,8 +15,9 @@ The list also carries each worker's pod IP (`# address <host> <ip>` lines, which
 lines skip). The script prints a host only when cluster DNS agrees: a name that DNS does not know yet
 (NXDOMAIN: its record appears once the pod is Ready and the endpoints follow) or answers with another
 address (a reused worker name whose old record is still cached, `cache 30`) is held back, since Horovod
-would fail to reach it and blacklist the name. A lookup that errs or times out holds nothing back (a
-resolver problem never looks like hosts leaving).
+would fail to reach it and blacklist the name. A lookup that errs or times out holds back only a host the
+script did not print last time (it remembers its last output in /tmp, `MPIJOB_DISCOVERY_STATE`): a resolver
+problem never looks like hosts leaving, and a new name is never offered before DNS answered for it.
 """
 
 from __future__ import annotations
@@ -113,6 +114,7 @@ KEY = @KEY@
 HEADER = @HEADER@
 BUDGET = @BUDGET@
 DNS_BUDGET = @DNS_BUDGET@
+STATE = os.environ.get("MPIJOB_DISCOVERY_STATE") or "/tmp/mpijob-discovery-printed"
 ADDRESS = @ADDRESS@
 LINE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:[0-9]+$")
 env = os.environ
@@ -147,11 +149,36 @@ def lookup(name, answers):
         answers[name] = None
 
 
+# The host lines this script printed last time (Horovod runs it every second), or None when that cannot be
+# read (then every host counts as printed: the old rule). A missing file is an empty set: nothing printed yet.
+def printed_last():
+    try:
+        with open(STATE) as f:
+            return set(f.read().split())
+    except FileNotFoundError:
+        return set()
+    except OSError:
+        return None
+
+
+def remember(hosts):
+    try:
+        tmp = "%s.%d" % (STATE, os.getpid())
+        with open(tmp, "w") as f:
+            f.write("".join(h + "\n" for h in hosts))
+        os.replace(tmp, STATE)
+    except OSError:
+        pass  # a read-only /tmp: the state stays as it was (unreadable state keeps the old rule)
+
+
 # (hosts DNS agrees with, {held-back host line: why}): a host whose name does not resolve yet, or resolves
-# to another address than its pod's, is held back; unanswered lookups hold nothing back.
+# to another address than its pod's, is held back. A lookup that erred or took too long holds back only a
+# host not printed last time (ssh would not resolve it either; for it waiting costs a second): for a host
+# already printed, resolver trouble must never look like the host leaving.
 def agreeing_with_dns(hosts, addresses):
     if env.get("MPIJOB_DISCOVERY_DNS_CHECK") == "0":
         return hosts, {}
+    before = printed_last()
     answers, threads = {}, []
     for line in hosts:
         name = line.rpartition(":")[0]
@@ -170,6 +197,8 @@ def agreeing_with_dns(hosts, addresses):
             held[line] = "not in DNS yet"
         elif isinstance(got, set) and want not in got:
             held[line] = "DNS answers %s, the pod is %s" % (",".join(sorted(got)), want)
+        elif got is None and want and before is not None and line not in before:
+            held[line] = "no DNS answer yet (new host)"
         else:
             kept.append(line)
     return kept, held
@@ -244,6 +273,7 @@ def main():
         if reasons and USE_API:
             sys.stderr.write("discover_hosts.sh: using %s; %s\n" % (where, "; ".join(reasons)))
         hosts, held = agreeing_with_dns(hosts, addresses)
+        remember(hosts)
         if "--explain" in sys.argv[1:]:
             took = (time.monotonic() - start) * 1000
             sys.stderr.write("source: %s\nlist: %s\ntook: %.0f ms\n" % (where, header, took))
