@@ -141,7 +141,8 @@ def hosts_of(text, where):
 
 def lookup(name, answers):
     try:
-        answers[name] = {a[4][0] for a in socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)}
+        # Both families, as ssh asks (AddressFamily any): the answer Horovod's ssh will get, not a narrower one.
+        answers[name] = {a[4][0] for a in socket.getaddrinfo(name, None, 0, socket.SOCK_STREAM)}
     except socket.gaierror as e:
         # Only "no such name" is an answer; a resolver failure (EAI_AGAIN, ...) is no answer.
         answers[name] = "NXDOMAIN" if e.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", -5)) else None
