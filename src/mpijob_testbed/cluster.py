@@ -41,6 +41,7 @@ from mpijob_testbed.paths import Layout, resolve_bin_dir, resolve_state_dir
 from mpijob_testbed.ports import free_ports
 from mpijob_testbed.rest import Rest, get_status, tls_context
 from mpijob_testbed.stages import render_config
+from mpijob_testbed.waiting import http_ok, until_healthy
 
 Echo = Callable[[str], None]
 
@@ -97,14 +98,6 @@ class Status:
 
 def _say(echo: Echo, message: str) -> None:
     echo(f"[testbed] {message}")
-
-
-def _log_tail(path: Path, lines: int = 25) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except FileNotFoundError:
-        return "(no log file)"
-    return "\n".join("    " + line for line in text[-lines:])
 
 
 # --- state directory ------------------------------------------------------------------------------
@@ -222,24 +215,6 @@ def _apiserver_ready(layout: Layout, ports: Ports) -> bool:
     return get_status(health_url("kube-apiserver", ports), ctx) == 200
 
 
-def _wait_healthy(component: str, *, pid: int, url: str, ctx: ssl.SSLContext | None, log: Path) -> None:
-    timeout = _HEALTH_TIMEOUT[component]
-    deadline = time.monotonic() + timeout
-    last: int | None = None
-    while True:
-        if processes.has_exited(pid):
-            raise TestbedError(f"{component} exited during start-up; see {log}\n{_log_tail(log)}")
-        last = get_status(url, ctx)
-        if last == 200:
-            return
-        if time.monotonic() >= deadline:
-            answer = f"HTTP {last}" if last is not None else "no answer"
-            raise TestbedError(
-                f"{component} not healthy after {timeout:.0f}s ({url}: {answer}); see {log}\n{_log_tail(log)}"
-            )
-        time.sleep(0.2)
-
-
 def _start(
     component: str, *, layout: Layout, bin_dir: Path, ports: Ports, echo: Echo, extra: list[str] | None = None
 ) -> None:
@@ -254,7 +229,16 @@ def _start(
     ctx: ssl.SSLContext | None = None
     if component != "etcd" and component != "kwok":
         ctx = _admin_context(layout)
-    _wait_healthy(component, pid=pid, url=health_url(component, ports), ctx=ctx, log=log)
+    url = health_url(component, ports)
+    until_healthy(
+        http_ok(url, ctx),
+        what=f"GET {url} to answer 200",
+        name=component,
+        pid=pid,
+        log=log,
+        timeout=_HEALTH_TIMEOUT[component],
+        echo=echo,
+    )
     _say(echo, f"{component} healthy (pid {pid}, {time.monotonic() - started:.1f}s, log {log})")
 
 

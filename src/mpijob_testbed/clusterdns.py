@@ -19,7 +19,7 @@ from mpijob_testbed.errors import TestbedError
 from mpijob_testbed.kubeconfigs import CONTEXT_NAME
 from mpijob_testbed.paths import Layout
 from mpijob_testbed.ports import free_ports
-from mpijob_testbed.rest import get_status
+from mpijob_testbed.waiting import http_ok, until_healthy
 
 Echo = Callable[[str], None]
 
@@ -69,13 +69,11 @@ def start(layout: Layout, binary: Path, bind_ip: str, echo: Echo, timeout: float
     pid = processes.spawn(
         [str(binary), "-conf", str(conf)], log_path=layout.log(COMPONENT), pid_path=layout.pid(COMPONENT)
     )
-    deadline = t + timeout
-    while get_status(f"http://127.0.0.1:{ready}/ready") != 200:
-        if processes.has_exited(pid):
-            raise TestbedError(f"{COMPONENT} exited; see {layout.log(COMPONENT)}")
-        if time.monotonic() > deadline:
-            raise TestbedError(f"timed out after {timeout:.0f}s waiting for {COMPONENT}; see {layout.log(COMPONENT)}")
-        time.sleep(0.2)
+    url = f"http://127.0.0.1:{ready}/ready"
+    what = f"GET {url} to answer 200"
+    until_healthy(
+        http_ok(url), what=what, name=COMPONENT, pid=pid, log=layout.log(COMPONENT), timeout=timeout, echo=echo
+    )
     echo(f"[testbed] cluster DNS: CoreDNS on {bind_ip}:53 ready ({time.monotonic() - t:.1f}s, {CLUSTER_DOMAIN})")
     return {"health_port": health, "ready_port": ready, "metrics_port": metrics}
 

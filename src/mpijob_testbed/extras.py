@@ -30,7 +30,8 @@ from mpijob_testbed.certs import Pki
 from mpijob_testbed.errors import TestbedError
 from mpijob_testbed.paths import Layout, repo_root
 from mpijob_testbed.ports import free_ports
-from mpijob_testbed.rest import Rest, get_status, tls_context
+from mpijob_testbed.rest import Rest, tls_context
+from mpijob_testbed.waiting import http_ok, until_healthy
 
 Echo = Callable[[str], None]
 
@@ -202,15 +203,11 @@ def _yaml_docs(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
 
 
-def _wait_healthy(name: str, pid: int, url: str, ctx: Any, log: Path) -> None:
-    deadline = time.monotonic() + _HEALTH_TIMEOUT
-    while get_status(url, ctx) != 200:
-        if processes.has_exited(pid):
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
-            raise TestbedError(f"{name} exited during start-up; see {log}\n{tail}")
-        if time.monotonic() > deadline:
-            raise TestbedError(f"{name} not healthy after {_HEALTH_TIMEOUT:.0f}s ({url}); see {log}")
-        time.sleep(0.3)
+def _wait_healthy(name: str, pid: int, url: str, ctx: Any, log: Path, echo: Echo) -> None:
+    what = f"GET {url} to answer 200"
+    until_healthy(
+        http_ok(url, ctx), what=what, name=name, pid=pid, log=log, timeout=_HEALTH_TIMEOUT, echo=echo, interval=0.3
+    )
 
 
 # --- Kueue ---------------------------------------------------------------------------------------------------
@@ -316,7 +313,7 @@ def _start_kueue(layout: Layout, rest: Rest, bin_dir: Path, echo: Echo) -> Runni
     argv = [str(binary), f"--config={workdir / 'config.yaml'}", "--zap-log-level=info"]
     started = time.monotonic()
     pid = processes.spawn(argv, log_path=log, pid_path=layout.pid(BINARY[KUEUE]), env=env)
-    _wait_healthy(KUEUE, pid, f"http://127.0.0.1:{health_port}/readyz", None, log)
+    _wait_healthy(KUEUE, pid, f"http://127.0.0.1:{health_port}/readyz", None, log, echo)
     for plural, body in _kueue_webhooks(module, base_url, ca_bundle):
         _apply(rest, f"/apis/admissionregistration.k8s.io/v1/{plural}", body)
     echo(f"[testbed] kueue healthy (pid {pid}, {time.monotonic() - started:.1f}s, webhooks at {base_url}, log {log})")
@@ -373,7 +370,7 @@ def _start_coscheduling(layout: Layout, rest: Rest, bin_dir: Path, echo: Echo) -
     started = time.monotonic()
     pid = processes.spawn(argv, log_path=log, pid_path=layout.pid(BINARY[COSCHEDULING]))
     ctx = tls_context(pki.ca_cert, pki.client_cert("admin"), pki.client_key("admin"))
-    _wait_healthy(COSCHEDULING, pid, f"https://127.0.0.1:{port}/healthz", ctx, log)
+    _wait_healthy(COSCHEDULING, pid, f"https://127.0.0.1:{port}/healthz", ctx, log, echo)
     echo(
         f"[testbed] coscheduling scheduler healthy (pid {pid}, {time.monotonic() - started:.1f}s, "
         f"schedulerName {COSCHEDULING_SCHEDULER_NAME}, log {log})"

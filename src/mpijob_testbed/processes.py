@@ -21,6 +21,9 @@ from mpijob_testbed.errors import TestbedError
 # Popen objects of processes started by this Python process, so they can be reaped (a dead child would
 # otherwise linger as a zombie and look alive) and so Popen.__del__ does not warn about running children.
 _children: dict[int, subprocess.Popen[bytes]] = {}
+# Exit statuses of children reaped here (Popen.returncode convention: -N for signal N), so a start-up error
+# can still say how a process ended after it was reaped.
+_exit_codes: dict[int, int] = {}
 
 
 def spawn(
@@ -45,6 +48,7 @@ def spawn(
             env=dict(env) if env is not None else None,
         )
     _children[proc.pid] = proc
+    _exit_codes.pop(proc.pid, None)  # a recycled pid's old status is not this process's
     pid_path.write_text(f"{proc.pid}\n")
     return proc.pid
 
@@ -61,11 +65,14 @@ def _reap(pid: int) -> None:
     proc = _children.get(pid)
     if proc is not None:
         if proc.poll() is not None:
+            _exit_codes[pid] = proc.returncode
             del _children[pid]
         return
     # Not started by this process object, but possibly still our child (e.g. a forked test runner).
     with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+        if reaped == pid:
+            _exit_codes[pid] = os.waitstatus_to_exitcode(status)
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -113,6 +120,15 @@ def has_exited(pid: int) -> bool:
     if proc is not None:
         return proc.poll() is not None
     return not _live(pid)
+
+
+def exit_code(pid: int) -> int | None:
+    """How a process spawned here ended (-N: killed by signal N); None while it runs or when not known
+    (a process of an earlier command, found by its pid file, is not our child)."""
+    proc = _children.get(pid)
+    if proc is not None:
+        return proc.poll()
+    return _exit_codes.get(pid)
 
 
 def group_members(pgid: int) -> list[int]:

@@ -29,6 +29,7 @@ from mpijob_testbed import processes
 from mpijob_testbed.errors import TestbedError
 from mpijob_testbed.paths import Layout, repo_root
 from mpijob_testbed.ports import free_ports
+from mpijob_testbed.waiting import http_ok, until_healthy
 
 Echo = Callable[[str], None]
 
@@ -171,28 +172,17 @@ def start(layout: Layout, echo: Echo) -> tuple[int, Path]:
     ]
     started = time.monotonic()
     pid = processes.spawn(argv, log_path=log, pid_path=layout.pid(NAME))
-    deadline = started + _HEALTH_TIMEOUT
-    while not _ready(f"http://127.0.0.1:{port}"):
-        if processes.has_exited(pid):
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
-            raise TestbedError(f"prometheus exited during start-up; see {log}\n{tail}")
-        if time.monotonic() > deadline:
-            raise TestbedError(f"prometheus not ready after {_HEALTH_TIMEOUT:.0f}s; see {log}")
-        time.sleep(0.3)
+    url = f"http://127.0.0.1:{port}/-/ready"
+    what = f"GET {url} to answer 200"
+    until_healthy(
+        http_ok(url), what=what, name=NAME, pid=pid, log=log, timeout=_HEALTH_TIMEOUT, echo=echo, interval=0.3
+    )
     _port_file(layout).write_text(f"{port}\n")
     echo(
         f"[testbed] prometheus ready (pid {pid}, {time.monotonic() - started:.1f}s, http://127.0.0.1:{port}, "
         f"job {JOB}: {endpoint.path} every {endpoint.interval} as the chart's ServiceMonitor says, log {log})"
     )
     return pid, binary
-
-
-def _ready(base: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{base}/-/ready", timeout=2) as response:
-            return int(response.status) == 200
-    except (OSError, urllib.error.URLError):
-        return False
 
 
 # --- what tests drive -------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from mpijob_testbed.kubeconfigs import kubeconfig_dict, write_kubeconfig
 from mpijob_testbed.paths import Layout, repo_root
 from mpijob_testbed.ports import free_ports
 from mpijob_testbed.rest import Rest
+from mpijob_testbed.waiting import until_healthy
 
 Echo = Callable[[str], None]
 
@@ -408,7 +409,16 @@ def start(layout: Layout, pki: Pki, server: str, rest: Rest, echo: Echo, index: 
         log_path=layout.log(containerd),
         pid_path=layout.pid(containerd),
     )
-    _wait(lambda: _ctr(node, "version", check=False) is not None, 30, "containerd to answer", layout, containerd, pid)
+    until_healthy(
+        lambda: _ctr(node, "version", check=False) is not None,
+        what="containerd to answer `ctr version`",
+        name=containerd,
+        pid=pid,
+        log=layout.log(containerd),
+        timeout=30,
+        echo=echo,
+        interval=0.3,
+    )
     images = node_layout(layout).images  # built once, in real-1's directory
     for image, name in ((PAUSE_IMAGE, "pause"), (LAUNCHER_IMAGE, "launcher")):
         _import(node, image, images / f"{name}.tar")
@@ -452,19 +462,12 @@ def start(layout: Layout, pki: Pki, server: str, rest: Rest, echo: Echo, index: 
             REAL_NODE_TAINT
         ]
 
-    _wait(ready, 120, f"node {node.name} to be Ready", layout, kubelet, pid)
+    what = f"node {node.name} to be Ready and schedulable"
+    until_healthy(
+        ready, what=what, name=kubelet, pid=pid, log=layout.log(kubelet), timeout=120, echo=echo, interval=0.3
+    )
     echo(f"[testbed] real node {node.name} Ready ({time.monotonic() - t:.1f}s, kubelet log {layout.log(kubelet)})")
     return {"name": node.name, "ip": node.ip, "kubelet_port": port, "healthz_port": healthz}
-
-
-def _wait(check: Callable[[], bool], timeout: float, what: str, layout: Layout, component: str, pid: int) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if processes.has_exited(pid):
-            raise TestbedError(f"{component} exited; see {layout.log(component)}")
-        if time.monotonic() > deadline:
-            raise TestbedError(f"timed out after {timeout:.0f}s waiting for {what}; see {layout.log(component)}")
-        time.sleep(0.3)
 
 
 def _import(node: NodeLayout, image: str, archive: Path, timeout: float = 120) -> None:
