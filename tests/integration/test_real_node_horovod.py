@@ -429,12 +429,17 @@ async def test_horovod_elastic_keeps_training_through_a_targeted_scale_in_withou
 # The host list ends where discover.sh's "(source: ...)" note begins.
 DISCOVERED = re.compile(r"DISCOVERED (\d+\.\d+):([^(]*)")
 DISCOVERED_LINE = re.compile(r"DISCOVERED (\d+\.\d+):([^(]*)\((.*)\)")
+HELD = re.compile(r"HELD (\d+\.\d+): (.*)")
 
 
 def held_back(log: str, worker: str, after: float) -> dict[str, Any]:
     """From the launcher's discovery log: when `worker` was first held back (its name not yet resolving to its
     pod) and first listed, in seconds after `after` (epoch seconds)."""
     first_held = first_listed = None
+    reasons = sorted({why for at, why in HELD.findall(log) if float(at) >= after and f"{worker}." in why})
+    for at, why in HELD.findall(log):
+        if first_held is None and float(at) >= after and f"held back: {worker}." in why:
+            first_held = round(float(at) - after, 1)
     for at, hosts, note in DISCOVERED_LINE.findall(log):
         t = float(at) - after
         if t < 0:
@@ -443,7 +448,7 @@ def held_back(log: str, worker: str, after: float) -> dict[str, Any]:
             first_held = round(t, 1)
         if first_listed is None and any(h.split(".")[0] == worker for h in hosts.split()):
             first_listed = round(t, 1)
-    return {"first_held_back_s": first_held, "first_listed_s": first_listed}
+    return {"first_held_back_s": first_held, "first_listed_s": first_listed, "held_back_as": reasons}
 
 
 def delisted_at(log: str, victims: list[str], after: float) -> float | None:
