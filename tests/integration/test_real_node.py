@@ -14,6 +14,7 @@ packages not installable) or when MPIJOB_SKIP_REAL_NODE=1; in CI (`CI=true`) and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -98,6 +99,9 @@ def rn_operator(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> Iterato
     proc.start()
     yield proc
     proc.stop()
+    # Kept beside the launchers' logs (the state directory goes with the testbed) for a failure's post-mortem.
+    with contextlib.suppress(OSError):
+        shutil.copy(proc.log_path, tb.state_dir.parent / f"{tb.state_dir.name}-operator.log")
 
 
 @pytest.fixture
