@@ -596,14 +596,9 @@ async def watch_probes(kube: Kube, job: str, seen: dict[str, Obj]) -> None:
         await asyncio.sleep(0.5)
 
 
-# Opt-in until the operator lists one regrow round's newcomers in a single discovery change: Horovod 0.28.1's
-# State.on_reset() drops a host update that arrives during the reset of the previous one, so when two
-# newcomers become Ready ~1 s apart the job can stay one short of its target (1 run in 4; docs/results.md,
-# "Real nodes: regrow under Horovod"). Passed 3 of 4 runs as it is; run it with MPIJOB_REALNODE_REGROW=1.
-@pytest.mark.skipif(
-    os.environ.get("MPIJOB_REALNODE_REGROW") != "1",
-    reason="known Horovod reset race on regrow (docs/results.md); set MPIJOB_REALNODE_REGROW=1 to run",
-)
+# Runs in `make test` since newcomers join discovery together (planner/joining.py): before that, when a round's
+# two newcomers were listed ~1 s apart, Horovod 0.28.1's State.on_reset() dropped the second host update and
+# the job stayed one short of its target (1 run in 4; docs/results.md, "Real nodes: regrow under Horovod").
 async def test_after_a_spot_interruption_the_job_waits_with_timed_out_probes_and_grows_back_when_real_2_returns(
     real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
     rn_api: ApiClient,  # noqa: F811
