@@ -148,7 +148,8 @@ def mpijob_side() -> Side:
             f"--kube-api-burst={BURST}",
             "--leader-elect",
             "--lock-namespace=mpijob-system",
-            "--log-level=WARNING",
+            # MPIJOB_COMPARE_LOG_LEVEL=DEBUG: every reconcile's plan in the log (where the requests go).
+            f"--log-level={os.environ.get('MPIJOB_COMPARE_LOG_LEVEL', 'WARNING')}",
         ]
 
     def reconciles(log: Path, pid: int) -> int:
@@ -206,7 +207,11 @@ def audit_since(path: Path, offset: int) -> tuple[AuditCount, int]:
             count.leases += 1
             continue
         count.requests += 1
-        count.by_verb[event["verb"]] = count.by_verb.get(event["verb"], 0) + 1
+        ref = event.get("objectRef") or {}
+        # "create pods", "update mpijobs/status": where the requests go, for the breakdown table.
+        sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+        what = f"{event['verb']} {ref.get('resource', '?')}{sub}"
+        count.by_verb[what] = count.by_verb.get(what, 0) + 1
     return count, offset + end
 
 
@@ -530,6 +535,16 @@ def table(ref: dict[str, Any], ours: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def breakdown(ref: dict[str, Any], ours: dict[str, Any]) -> str:
+    """Requests per job until quiet by verb and resource (the audit log's objectRef), both sides."""
+    a, b = ref.get("api_requests_by_verb") or {}, ours.get("api_requests_by_verb") or {}
+    jobs = ref["jobs"]
+    lines = [f"| requests per job until quiet | {ref['operator']} | mpijob |", "|---|---|---|"]
+    for what in sorted(set(a) | set(b), key=lambda w: (-(a.get(w, 0) + b.get(w, 0)), w)):
+        lines.append(f"| {what} | {a.get(what, 0) / jobs:.2f} | {b.get(what, 0) / jobs:.2f} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=50)
@@ -571,6 +586,8 @@ def main() -> int:
             print(f"plot: {plot}", file=sys.stderr)
     if len(results) == 2:
         print(table(results[0], results[1]))
+        print()
+        print(breakdown(results[0], results[1]))
     else:
         print(json.dumps(results, indent=2))
     print(f"\ncommand: {report['command']}  ({report['when']})")

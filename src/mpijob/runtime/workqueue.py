@@ -41,6 +41,14 @@ class WorkQueue:
             timer.cancel()
         self._timers[key] = loop.call_at(when, self._fire, key)
 
+    def add_batched(self, key: Hashable, delay: float) -> None:
+        """Adds `key` within `delay` seconds, together with whatever else arrives for it meanwhile: nothing
+        to do when it is queued already (that pass has not started, so it reads this change too); else a
+        timer, which later calls cannot push back (an earlier pending timer wins)."""
+        if key in self._dirty:
+            return
+        self.add_after(key, delay)
+
     def _fire(self, key: Hashable) -> None:
         self._timers.pop(key, None)
         self.add(key)
