@@ -410,6 +410,7 @@ async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Name
         out["idle_reconciles"] = reconciles2 - reconciles1
         out["idle_api_requests"] = idle.requests
         out["idle_lease_requests"] = idle.leases
+        out["idle_api_requests_by_verb"] = idle.by_verb
 
         out["rss_mib_peak"] = rss_mib(pid, "VmHWM")
         if args.tracemalloc and side.name == "mpijob":
@@ -535,11 +536,12 @@ def table(ref: dict[str, Any], ours: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def breakdown(ref: dict[str, Any], ours: dict[str, Any]) -> str:
-    """Requests per job until quiet by verb and resource (the audit log's objectRef), both sides."""
-    a, b = ref.get("api_requests_by_verb") or {}, ours.get("api_requests_by_verb") or {}
+def breakdown(ref: dict[str, Any], ours: dict[str, Any], phase: str = "until quiet", key: str = "") -> str:
+    """Requests per job by verb and resource (the audit log's objectRef), both sides: until quiet, or (key
+    "idle_") while idle."""
+    a, b = ref.get(f"{key}api_requests_by_verb") or {}, ours.get(f"{key}api_requests_by_verb") or {}
     jobs = ref["jobs"]
-    lines = [f"| requests per job until quiet | {ref['operator']} | mpijob |", "|---|---|---|"]
+    lines = [f"| requests per job {phase} | {ref['operator']} | mpijob |", "|---|---|---|"]
     for what in sorted(set(a) | set(b), key=lambda w: (-(a.get(w, 0) + b.get(w, 0)), w)):
         lines.append(f"| {what} | {a.get(what, 0) / jobs:.2f} | {b.get(what, 0) / jobs:.2f} |")
     return "\n".join(lines)
@@ -588,6 +590,8 @@ def main() -> int:
         print(table(results[0], results[1]))
         print()
         print(breakdown(results[0], results[1]))
+        print()
+        print(breakdown(results[0], results[1], "while idle", "idle_"))
     else:
         print(json.dumps(results, indent=2))
     print(f"\ncommand: {report['command']}  ({report['when']})")

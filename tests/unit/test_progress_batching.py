@@ -121,6 +121,20 @@ def test_progress_of_a_job_already_queued_adds_no_later_pass() -> None:
     assert len(controller.queue) == 0
 
 
+def test_a_pass_queued_by_other_news_reads_the_progress_too_and_no_later_pass_follows() -> None:
+    controller, pending = _controller()
+
+    async def run() -> tuple[int, int]:
+        controller.observed(PODS, "MODIFIED", PODS.slim(_running(pending, "12")))  # progress: a timer
+        controller.queue.add((NS, "pi"))  # news of another kind: at once
+        key = await controller.queue.get()  # this pass reads the cache, the progress included
+        controller.queue.done(key)
+        await asyncio.sleep(0.1)
+        return len(controller.queue), len(controller.queue._batches)
+
+    assert asyncio.run(run()) == (0, 0)
+
+
 # -- the write count, with the real controller, executor and planner over the World -----------------------
 class _Informed(WorldApi):
     """The World's API, whose every write reaches the controller's cache as the watch event would."""
@@ -216,7 +230,7 @@ async def _quiet(controller: Controller) -> None:
     while idle < 5:
         await asyncio.sleep(0.05)
         queue = controller.queue
-        busy = len(queue) or queue._processing or queue._timers
+        busy = len(queue) or queue._processing or queue._timers or queue._batches
         idle = 0 if busy else idle + 1
 
 
