@@ -15,7 +15,8 @@ What is measured, per operator (each a separate process, so /proc tells its own 
 - RSS (VmRSS) with the jobs running;
 - idle: CPU, reconciles and API requests during `--idle` seconds when nothing changes;
 - reconciles (reference: its "Finished syncing" log lines; mpijob: its counters, printed on SIGUSR1) and
-  API requests (the API server's audit log, by the operator's user agent; Lease renewals counted apart);
+  API requests (the API server's audit log, by the operator's user agent; Lease renewals counted apart),
+  also per job by verb and resource until quiet and while idle (the tables under the main one);
 - scale-in by replicas W -> W/2 on every job: time until discover_hosts.sh lists exactly the kept workers,
   and how many removed workers got their deletion (SIGTERM on a real node) while still listed there.
 
