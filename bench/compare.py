@@ -15,7 +15,8 @@ What is measured, per operator (each a separate process, so /proc tells its own 
 - RSS (VmRSS) with the jobs running;
 - idle: CPU, reconciles and API requests during `--idle` seconds when nothing changes;
 - reconciles (reference: its "Finished syncing" log lines; mpijob: its counters, printed on SIGUSR1) and
-  API requests (the API server's audit log, by the operator's user agent; Lease renewals counted apart);
+  API requests (the API server's audit log, by the operator's user agent; Lease renewals counted apart),
+  also per job by verb and resource until quiet and while idle (the tables under the main one);
 - scale-in by replicas W -> W/2 on every job: time until discover_hosts.sh lists exactly the kept workers,
   and how many removed workers got their deletion (SIGTERM on a real node) while still listed there.
 
@@ -148,7 +149,8 @@ def mpijob_side() -> Side:
             f"--kube-api-burst={BURST}",
             "--leader-elect",
             "--lock-namespace=mpijob-system",
-            "--log-level=WARNING",
+            # MPIJOB_COMPARE_LOG_LEVEL=DEBUG: every reconcile's plan in the log (where the requests go).
+            f"--log-level={os.environ.get('MPIJOB_COMPARE_LOG_LEVEL', 'WARNING')}",
         ]
 
     def reconciles(log: Path, pid: int) -> int:
@@ -206,7 +208,11 @@ def audit_since(path: Path, offset: int) -> tuple[AuditCount, int]:
             count.leases += 1
             continue
         count.requests += 1
-        count.by_verb[event["verb"]] = count.by_verb.get(event["verb"], 0) + 1
+        ref = event.get("objectRef") or {}
+        # "create pods", "update mpijobs/status": where the requests go, for the breakdown table.
+        sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+        what = f"{event['verb']} {ref.get('resource', '?')}{sub}"
+        count.by_verb[what] = count.by_verb.get(what, 0) + 1
     return count, offset + end
 
 
@@ -405,6 +411,7 @@ async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Name
         out["idle_reconciles"] = reconciles2 - reconciles1
         out["idle_api_requests"] = idle.requests
         out["idle_lease_requests"] = idle.leases
+        out["idle_api_requests_by_verb"] = idle.by_verb
 
         out["rss_mib_peak"] = rss_mib(pid, "VmHWM")
         if args.tracemalloc and side.name == "mpijob":
@@ -530,6 +537,17 @@ def table(ref: dict[str, Any], ours: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def breakdown(ref: dict[str, Any], ours: dict[str, Any], phase: str = "until quiet", key: str = "") -> str:
+    """Requests per job by verb and resource (the audit log's objectRef), both sides: until quiet, or (key
+    "idle_") while idle."""
+    a, b = ref.get(f"{key}api_requests_by_verb") or {}, ours.get(f"{key}api_requests_by_verb") or {}
+    jobs = ref["jobs"]
+    lines = [f"| requests per job {phase} | {ref['operator']} | mpijob |", "|---|---|---|"]
+    for what in sorted(set(a) | set(b), key=lambda w: (-(a.get(w, 0) + b.get(w, 0)), w)):
+        lines.append(f"| {what} | {a.get(what, 0) / jobs:.2f} | {b.get(what, 0) / jobs:.2f} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=50)
@@ -571,6 +589,10 @@ def main() -> int:
             print(f"plot: {plot}", file=sys.stderr)
     if len(results) == 2:
         print(table(results[0], results[1]))
+        print()
+        print(breakdown(results[0], results[1]))
+        print()
+        print(breakdown(results[0], results[1], "while idle", "idle_"))
     else:
         print(json.dumps(results, indent=2))
     print(f"\ncommand: {report['command']}  ({report['when']})")

@@ -20,14 +20,14 @@ import yaml
 from mpijob.api import constants as c
 from mpijob.executor.apply import Executor
 from mpijob.executor.client import ApiError
-from mpijob.planner.actions import Create, Emit, Patch, RequeueAfter
+from mpijob.planner.actions import Create, Delete, Emit, Patch, RequeueAfter
 from mpijob.planner.child_writes import SECRET_RETRY_SECONDS
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import kinds, slim
 from mpijob.runtime.controller import Controller
 
-from .builders import cond, mpijob, secret, snap, status_of
+from .builders import cond, mpijob, patches, secret, snap, status_of
 from .test_safety_fence import RecordingClient
 from .world import World
 
@@ -110,10 +110,26 @@ def test_a_fresh_jobs_secret_uid_is_recorded_and_a_steady_job_creates_nothing_mo
     assert [a for a in world.reconcile("pi") if isinstance(a, Create | Patch)] == []
 
 
+def test_the_status_write_after_the_secret_create_records_its_uid_so_no_second_write_follows() -> None:
+    # The planner cannot know the uid; the executor puts it into the status write that follows the create
+    # in the same batch. Before, the next reconcile wrote the status once more only to record it.
+    world = _world_with(mpijob(workers=2))
+
+    first = world.reconcile("pi")
+
+    ours = world.get("Secret", "pi-ssh")
+    assert ours is not None
+    assert world.job("pi")["status"]["sshSecretUID"] == ours["metadata"]["uid"]
+    assert len(patches(first, "MPIJob")) == 1
+    assert [a for a in world.reconcile("pi") if isinstance(a, Create | Patch | Delete)] == []
+    assert world.tolerated == [] and world.errors == []
+
+
 def test_a_restart_between_the_secret_create_and_recording_its_uid_does_not_call_our_secret_foreign() -> None:
     world = _world_with(mpijob(workers=2))
-    world.reconcile("pi")  # creates the Secret, then writes the status (conditions) and the pods
-    assert "sshSecretUID" not in world.job("pi")["status"]
+    world.reconcile("pi")  # creates the Secret, then writes the status (conditions, the uid) and the pods
+    # As an operator before the uid went into that first status write left it: conditions, no uid.
+    del world.job("pi")["status"]["sshSecretUID"]
 
     world.created.clear()  # the operator restarts: the uid it remembered is gone
     world.settle("pi")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,6 +39,11 @@ def _join(messages: list[str]) -> str:
         head, _, tail = message.rpartition(" ")
         groups.setdefault(head, []).append(tail)
     return "; ".join(f"{head} {', '.join(tails)}" if head else ", ".join(tails) for head, tails in groups.items())
+
+
+def _with_uids(action: Patch, uids: dict[str, str]) -> Patch:
+    """The status write, also recording the uids of what this batch created (a shallow copy)."""
+    return replace(action, patch={**action.patch, "status": {**(action.patch.get("status") or {}), **uids}})
 
 
 @dataclass
@@ -80,6 +85,8 @@ class _Batch:
     # launcher Job's status, then its spec): our own change is not a concurrent one.
     versions: dict[tuple[str, str], Any] = field(default_factory=dict)
     events: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    # Status fields (Create.uid_into_status) -> the uid this batch's create made, for its next status write.
+    status_uids: dict[str, str] = field(default_factory=dict)
 
     def announce(self, *emits: Emit) -> None:
         for emit in emits:
@@ -148,6 +155,8 @@ class Executor:
                 # Someone else's object holds the name: nothing after this may run (fail closed).
                 outcome.conflict = f"{key[0]} {key[1]}: AlreadyExists"
                 return True
+            if action.uid_into_status:
+                batch.status_uids[action.uid_into_status] = uid
         elif isinstance(action, Create):
             if not await self._create(batch.namespace, action):
                 return False
@@ -156,6 +165,9 @@ class Executor:
         elif isinstance(action, Patch):
             is_job = action.kind == "MPIJob" and action.name == batch.job_name
             made = batch.job_rv if is_job else batch.versions.get((action.kind, action.name))
+            if is_job and action.subresource == "status" and batch.status_uids:
+                action = _with_uids(action, batch.status_uids)
+                batch.status_uids = {}
             result = await self._patch(batch.namespace, action, made)
             version = (result.get("metadata") or {}).get("resourceVersion") if isinstance(result, dict) else None
             if not is_job and version is not None:

@@ -35,6 +35,9 @@ class Create:
     # for the SSH Secret, which the operator cannot read back (no get/list/watch of Secrets).
     exclusive: bool = False
     announce: tuple[Emit, ...] = ()
+    # The created object's uid goes into this field of the MPIJob status write that follows in the same
+    # batch (the planner cannot know a uid before the create): recorded in that write, not in one more.
+    uid_into_status: str | None = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ is reported, never touched."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from mpijob.api import constants
@@ -210,9 +211,9 @@ def ensure_secret(ctx: PlanContext) -> None:
     mount a key pair another party knows). Which Secret is ours follows from the status:
     - `sshSecretUID` set: the uid of the one we created;
     - no `sshSecretUID` and no conditions: a new job: create it (exclusive);
-    - no `sshSecretUID` but conditions: the status write that follows a successful create (it comes
-      right after it in the same batch) ran but the uid was not recorded yet (a restart), or an operator
-      version that did not record it created the Secret: ours, unless that version reported it foreign;
+    - no `sshSecretUID` but conditions: an operator version that did not record the uid (or recorded it
+      only in a later status write, before it went into the one right after the create) created the
+      Secret: ours, unless that version reported it foreign;
     - `sshSecretUID` empty: a create found the name taken; retried every SECRET_RETRY_SECONDS.
     The only ambiguous case is a crash between a successful create and the status write right after it:
     the next create then finds the name taken, and the job reports ResourceConflict (fail closed)."""
@@ -236,7 +237,10 @@ def ensure_secret(ctx: PlanContext) -> None:
     # The status write right after the create then says "created" (no sshSecretUID, with conditions),
     # also when retrying after a conflict ("" would otherwise survive a restart before the uid is recorded).
     ctx.draft.new_status.ssh_secret_uid = None
-    ctx.draft.secret.append(ctx.creation(children.ssh_secret(ctx.job), ssh=True, exclusive=True))
+    # The status write right after it records the new Secret's uid (filled in by the executor, which alone
+    # learns it), so no second status write follows only for that.
+    create = ctx.creation(children.ssh_secret(ctx.job), ssh=True, exclusive=True)
+    ctx.draft.secret.append(replace(create, uid_into_status="sshSecretUID"))
 
 
 def ensure_pdb(ctx: PlanContext) -> None:

@@ -34,6 +34,11 @@ log = logging.getLogger("mpijob.controller")
 EXPECTATION_TIMEOUT = 10.0
 # Rounds of live reads one reconcile may do before planning (each round is bounded by the planner).
 CONFIRM_ROUNDS = 3
+# A pod event that only moves a pod forward (bound, Running, an IP, Ready) queues its job this much later,
+# so the workers of a job starting within this window cost one discovery and one status write, not one per
+# worker (the Job controller's syncJobBatchPeriod, 1 s there). Nothing else waits: a pod leaving, failing,
+# terminating or losing Ready queues its job at once.
+PROGRESS_BATCH_SECONDS = 0.5
 
 # Kept for callers that map names to jobs (e.g. metrics, tests).
 _job_names_for = job_names_for
@@ -55,6 +60,40 @@ def _fingerprint(view: dict[str, Any]) -> int:
     The hash of its JSON text: 3 us for a pod's view where `repr` took 27 us (docs/design.md)."""
     meta = {k: v for k, v in (view.get("metadata") or {}).items() if k != "resourceVersion"}
     return hash(orjson.dumps({**view, "metadata": meta}, default=repr))
+
+
+def _ready(pod: Obj) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _only_progress(old: Obj | None, new: Obj) -> bool:
+    """Whether a pod event (slimmed views, runtime/slim.py) only moved the pod forward: bound to a node,
+    Pending -> Running, given its IP, Ready, and nothing else changed. Such a change only adds (a host to
+    discovery, a count to the status) and can wait for its siblings; anything else is not progress."""
+    if old is None:
+        return False
+    om, nm = old.get("metadata") or {}, new.get("metadata") or {}
+    if om.get("deletionTimestamp") or nm.get("deletionTimestamp"):
+        return False
+    if any(om.get(k) != nm.get(k) for k in ("uid", "labels", "annotations", "ownerReferences")):
+        return False
+    os_, ns_ = old.get("status") or {}, new.get("status") or {}
+    if os_.get("reason") != ns_.get("reason") or os_.get("message") != ns_.get("message"):
+        return False
+    forward = (
+        ("nodeName", (old.get("spec") or {}).get("nodeName"), (new.get("spec") or {}).get("nodeName")),
+        ("podIP", os_.get("podIP"), ns_.get("podIP")),
+    )
+    if any(before != after and before is not None for _, before, after in forward):
+        return False
+    if os_.get("phase") != ns_.get("phase") and (os_.get("phase"), ns_.get("phase")) != ("Pending", "Running"):
+        return False
+    if _ready(old) and not _ready(new):
+        return False
+    # Other conditions (DisruptionTarget: the pod is about to go) are news, never progress.
+    others = [[c for c in (v.get("conditions") or []) if c.get("type") != "Ready"] for v in (os_, ns_)]
+    return others[0] == others[1]
 
 
 def _same_version(a: Obj, b: Obj) -> bool:
@@ -163,6 +202,8 @@ class Controller:
         executor.fence = self.leading.is_set
         # Per kind: store key -> fingerprint of what the planner last saw of the object.
         self.fingerprints: dict[str, dict[Any, int]] = {}
+        # See PROGRESS_BATCH_SECONDS (0: every pod event queues its job at once).
+        self.progress_batch = PROGRESS_BATCH_SECONDS
         # Per kind: called with (event type, object) for every event that reaches the queue (metrics).
         self.listeners: dict[str, list[Callable[[str, Obj], None]]] = {}
 
@@ -180,10 +221,13 @@ class Controller:
         concerns are queued. No worker sees a key before the cache shows the object."""
         self.stats.events += 1
         key = ident(w, obj)
+        progress = False
         if type == "DELETED":
             self.cache.remove(w.index, key, (obj.get("metadata") or {}).get("uid"))
             self.fingerprints.get(w.kind, {}).pop(key, None)
         else:
+            if w.kind == "Pod" and self.progress_batch > 0:
+                progress = _only_progress(self.cache.indexes[w.index].get(key), obj)
             self.cache.put(w.index, key, obj)
             if w.fingerprinted and not self._changed(self.fingerprints.setdefault(w.kind, {}), key, obj):
                 return
@@ -192,7 +236,10 @@ class Controller:
         for listener in self.listeners.get(w.kind, ()):
             listener(type, obj)
         for job in self._keys(w, obj):
-            self.queue.add(job)
+            if progress:
+                self.queue.add_batched(job, self.progress_batch)
+            else:
+                self.queue.add(job)
 
     def replaced(self, w: Watched, namespace: str | None, items: dict[Any, Obj]) -> None:
         """A list: the store becomes `items`. What the store had and the list lacks was deleted while no

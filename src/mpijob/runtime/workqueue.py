@@ -13,6 +13,8 @@ class WorkQueue:
         self._dirty: set[Hashable] = set()
         self._processing: set[Hashable] = set()
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
+        # add_batched's timers, apart: a pass that starts cancels them (never a requeue_after or a backoff).
+        self._batches: dict[Hashable, asyncio.TimerHandle] = {}
         self._failures: dict[Hashable, int] = {}
         self.base_delay = base_delay
         self.max_delay = max_delay
@@ -41,6 +43,19 @@ class WorkQueue:
             timer.cancel()
         self._timers[key] = loop.call_at(when, self._fire, key)
 
+    def add_batched(self, key: Hashable, delay: float) -> None:
+        """Adds `key` within `delay` seconds, together with whatever else arrives for it meanwhile: nothing
+        to do when it is queued already (that pass has not started, so it reads this change too); else a
+        timer, which later calls do not push back. A pass of the key that starts first (queued by something
+        else) cancels it: that pass reads every change the timer was for."""
+        if key in self._dirty or key in self._batches:
+            return
+        self._batches[key] = asyncio.get_running_loop().call_later(delay, self._fire_batch, key)
+
+    def _fire_batch(self, key: Hashable) -> None:
+        self._batches.pop(key, None)
+        self.add(key)
+
     def _fire(self, key: Hashable) -> None:
         self._timers.pop(key, None)
         self.add(key)
@@ -58,6 +73,9 @@ class WorkQueue:
     async def get(self) -> Hashable:
         key = await self._queue.get()
         self._dirty.discard(key)
+        batch = self._batches.pop(key, None)
+        if batch is not None:
+            batch.cancel()
         self._processing.add(key)
         return key
 
@@ -67,6 +85,7 @@ class WorkQueue:
             self._queue.put_nowait(key)
 
     def shutdown(self) -> None:
-        for timer in self._timers.values():
+        for timer in (*self._timers.values(), *self._batches.values()):
             timer.cancel()
         self._timers.clear()
+        self._batches.clear()
