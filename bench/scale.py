@@ -422,12 +422,22 @@ class Run:
             await self.stream(self.v1.list_namespaced_event, self.ns),
         ]
         victims = set().union(*leaving.values())
-        listing = await self.get(collection_path("v1", "Pod", self.ns), labelSelector=f"{GROUP_LABEL}={SCALE}")
-        before = {
-            p["metadata"]["name"]: p["metadata"].get("annotations") or {}
-            for p in listing.get("items") or []
-            if p["metadata"]["name"] in victims and not p["metadata"].get("deletionTimestamp")
-        }
+        before: dict[str, Obj] = {}
+
+        async def recorded() -> bool:
+            # The decision is in the API once every leaving worker carries its deadline (the discovery write
+            # goes first, the marks after it: a restart in between makes the decision again, later).
+            listing = await self.get(collection_path("v1", "Pod", self.ns), labelSelector=f"{GROUP_LABEL}={SCALE}")
+            before.clear()
+            for pod in listing.get("items") or []:
+                meta = pod["metadata"]
+                if meta["name"] in victims and not meta.get("deletionTimestamp"):
+                    before[meta["name"]] = meta.get("annotations") or {}
+            return all(c.ANNOTATION_LEAVING_DEADLINE in a for a in before.values())
+
+        self.out["scale_in_shown_to_every_leaving_mark_s"] = round(
+            await seconds_until(recorded, what="leaving marks recorded", within=600, interval=1.0), 1
+        )
         self.out["restart_leaving_workers_in_flight"] = f"{len(before)}/{len(victims)}"
         self.out["restart_sigterm_to_exit_s"] = round(operator.stop(), 2)
         self.out["load_at_restart"] = load_average()
@@ -507,17 +517,23 @@ async def bench(kubeconfig: Path, args: argparse.Namespace, log_dir: Path) -> Ob
     try:
         await run.setup()
         operator.start()
-        await run.create_and_run(operator)
-        await asyncio.sleep(10.0)
-        cms = await run.stream(run.v1.list_namespaced_config_map, run.ns)
-        await run.taint(cms)
-        await asyncio.sleep(10.0)
-        leaving = await run.scale_in(cms)
-        await run.restart(operator, leaving)
+        await _phases(run, operator)
+    except Exception as err:  # the figures so far are kept and printed with what stopped the run
+        run.out["error"] = repr(err)
     finally:
         await run.cleanup(operator)
         await api.close()
     return run.out
+
+
+async def _phases(run: Run, operator: Operator) -> None:
+    await run.create_and_run(operator)
+    await asyncio.sleep(10.0)
+    cms = await run.stream(run.v1.list_namespaced_config_map, run.ns)
+    await run.taint(cms)
+    await asyncio.sleep(10.0)
+    leaving = await run.scale_in(cms)
+    await run.restart(operator, leaving)
 
 
 def main() -> int:
