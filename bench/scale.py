@@ -526,12 +526,27 @@ async def bench(kubeconfig: Path, args: argparse.Namespace, log_dir: Path) -> Ob
     return run.out
 
 
+async def _quiet(operator: Operator, still: float = 10.0, within: float = 900.0) -> float:
+    """Seconds until the operator's write count has not moved for `still` seconds: each phase starts on a
+    quiet operator, so its figures are not those of the previous phase's trailing writes (status, Events)."""
+    started = time.monotonic()
+    last, since = -1.0, started
+    while time.monotonic() - since < still:
+        if time.monotonic() - started > within:
+            raise TimeoutError("the operator did not go quiet")
+        writes = metric_sum(await operator.metrics(), "mpijob_api_writes_total")
+        if writes != last:
+            last, since = writes, time.monotonic()
+        await asyncio.sleep(1.0)
+    return round(time.monotonic() - started - still, 1)
+
+
 async def _phases(run: Run, operator: Operator) -> None:
     await run.create_and_run(operator)
-    await asyncio.sleep(10.0)
+    run.out["all_running_to_operator_quiet_s"] = await _quiet(operator)
     cms = await run.stream(run.v1.list_namespaced_config_map, run.ns)
     await run.taint(cms)
-    await asyncio.sleep(10.0)
+    run.out["victims_gone_to_operator_quiet_s"] = await _quiet(operator)
     leaving = await run.scale_in(cms)
     await run.restart(operator, leaving)
 
