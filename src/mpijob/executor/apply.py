@@ -57,6 +57,8 @@ class Outcome:
     job_resource_version: str | None = None
     # Pods this batch created: the cache must show them before the job is planned again.
     created_pods: list[str] = field(default_factory=list)
+    # Pods this batch deleted, (name, uid): likewise, the cache must show them terminating or gone.
+    deleted_pods: list[tuple[str, str | None]] = field(default_factory=list)
     # How many actions, from the first, were applied (all of them unless execution stopped early).
     applied: int = 0
     # The plan said Defer: the urgent writes are done; reconcile the job again behind the queue.
@@ -179,6 +181,8 @@ class Executor:
                 batch.job_rv = outcome.job_resource_version = version or batch.job_rv
         elif not await self._delete(batch.namespace, action):
             return False
+        elif action.kind == "Pod":
+            outcome.deleted_pods.append((action.name, action.uid))
         outcome.writes += 1
         batch.announce(*action.announce)
         return False

@@ -130,6 +130,9 @@ class Expectations:
     # Pods we created, until the cache shows them (or the deadline passes): planning before would count them
     # as missing (Append would even pick new indexes for them).
     pods: dict[Key, tuple[set[str], float]] = field(default_factory=dict)
+    # Pods we deleted, name -> uid, until the cache shows each terminating or gone (or the deadline passes):
+    # planning before would delete them again (a second DELETE, Event and launcher patch; seen at scale).
+    deleted: dict[Key, tuple[dict[str, str | None], float]] = field(default_factory=dict)
     # uids of the objects we created (SSH Secrets: not watched), until the job's status records them, so a
     # reconcile after a 409 on the status write still knows the Secret is ours.
     created: dict[Key, dict[tuple[str, str], str | None]] = field(default_factory=dict)
@@ -142,7 +145,7 @@ class Expectations:
     carried_checks: dict[Key, dict[tuple[str, str], bool]] = field(default_factory=dict)
 
     def forget(self, key: Key) -> None:
-        for kept in (self.job_rv, self.config_map_rv, self.pods, self.created, self.carried_checks):
+        for kept in (self.job_rv, self.config_map_rv, self.pods, self.deleted, self.created, self.carried_checks):
             kept.pop(key, None)
 
     def wait(self, key: Key, job: Obj, cache: Cache) -> float | None:
@@ -163,6 +166,23 @@ class Expectations:
                 log.debug("%s/%s: waiting for the cache to show the pods we created", *key)
                 return 0.05  # our pod creates are not in the cache yet; their events will enqueue us too
             del self.pods[key]
+        return self._deletions_seen(key, cache)
+
+    def _deletions_seen(self, key: Key, cache: Cache) -> float | None:
+        expected = self.deleted.get(key)
+        if expected is None:
+            return None
+        uids, deadline = expected
+
+        def seen(name: str, uid: str | None) -> bool:
+            pod = cache.pod(key[0], name)
+            meta = (pod or {}).get("metadata") or {}
+            return pod is None or bool(meta.get("deletionTimestamp")) or (uid is not None and meta.get("uid") != uid)
+
+        if time.monotonic() <= deadline and not all(seen(n, u) for n, u in uids.items()):
+            log.debug("%s/%s: waiting for the cache to show the pods we deleted", *key)
+            return 0.05  # their events will enqueue us too
+        del self.deleted[key]
         return None
 
     def remember(self, key: Key, outcome: Outcome) -> None:
@@ -172,6 +192,8 @@ class Expectations:
             self.config_map_rv[key] = _rv(outcome.config_map_resource_version)
         if outcome.created_pods:
             self.pods[key] = (set(outcome.created_pods), time.monotonic() + EXPECTATION_TIMEOUT)
+        if outcome.deleted_pods:
+            self.deleted[key] = (dict(outcome.deleted_pods), time.monotonic() + EXPECTATION_TIMEOUT)
 
 
 class Controller:
