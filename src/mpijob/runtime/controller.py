@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import orjson
 
-from mpijob.api.objects import Obj
+from mpijob.api.objects import Obj, is_terminating, meta, pod_ready
 from mpijob.executor.apply import Executor, Outcome
 from mpijob.executor.client import ApiError
 from mpijob.planner.plan import plan
@@ -62,11 +62,6 @@ def _fingerprint(view: dict[str, Any]) -> int:
     return hash(orjson.dumps({**view, "metadata": meta}, default=repr))
 
 
-def _ready(pod: Obj) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
 def _only_progress(old: Obj | None, new: Obj) -> bool:
     """Whether a pod event (slimmed views, runtime/slim.py) only moved the pod forward: bound to a node,
     Pending -> Running, given its IP, Ready, and nothing else changed. Such a change only adds (a host to
@@ -89,7 +84,7 @@ def _only_progress(old: Obj | None, new: Obj) -> bool:
         return False
     if os_.get("phase") != ns_.get("phase") and (os_.get("phase"), ns_.get("phase")) != ("Pending", "Running"):
         return False
-    if _ready(old) and not _ready(new):
+    if pod_ready(old) and not pod_ready(new):
         return False
     # Other conditions (DisruptionTarget: the pod is about to go) are news, never progress.
     others = [[c for c in (v.get("conditions") or []) if c.get("type") != "Ready"] for v in (os_, ns_)]
@@ -176,8 +171,7 @@ class Expectations:
 
         def seen(name: str, uid: str | None) -> bool:
             pod = cache.pod(key[0], name)
-            meta = (pod or {}).get("metadata") or {}
-            return pod is None or bool(meta.get("deletionTimestamp")) or (uid is not None and meta.get("uid") != uid)
+            return pod is None or is_terminating(pod) or (uid is not None and meta(pod).get("uid") != uid)
 
         if time.monotonic() <= deadline and not all(seen(n, u) for n, u in uids.items()):
             log.debug("%s/%s: waiting for the cache to show the pods we deleted", *key)
