@@ -115,6 +115,7 @@ HEADER = @HEADER@
 BUDGET = @BUDGET@
 DNS_BUDGET = @DNS_BUDGET@
 STATE = os.environ.get("MPIJOB_DISCOVERY_STATE") or "/tmp/mpijob-discovery-printed"
+DNS_CHECK = os.environ.get("MPIJOB_DISCOVERY_DNS_CHECK") != "0"
 ADDRESS = @ADDRESS@
 LINE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:[0-9]+$")
 env = os.environ
@@ -177,7 +178,7 @@ def remember(hosts):
 # host not printed last time (ssh would not resolve it either; for it waiting costs a second): for a host
 # already printed, resolver trouble must never look like the host leaving.
 def agreeing_with_dns(hosts, addresses):
-    if env.get("MPIJOB_DISCOVERY_DNS_CHECK") == "0":
+    if not DNS_CHECK:
         return hosts, {}
     before = printed_last()
     answers, threads = {}, []
@@ -274,7 +275,7 @@ def main():
         if reasons and USE_API:
             sys.stderr.write("discover_hosts.sh: using %s; %s\n" % (where, "; ".join(reasons)))
         hosts, held = agreeing_with_dns(hosts, addresses)
-        if env.get("MPIJOB_DISCOVERY_DNS_CHECK") != "0":
+        if DNS_CHECK:
             remember(hosts)  # only the DNS check reads it
         if "--explain" in sys.argv[1:]:
             took = (time.monotonic() - start) * 1000
