@@ -41,7 +41,7 @@ from mpijob_testbed.paths import Layout, resolve_bin_dir, resolve_state_dir
 from mpijob_testbed.ports import free_ports
 from mpijob_testbed.rest import Rest, get_status, tls_context
 from mpijob_testbed.stages import render_config
-from mpijob_testbed.waiting import http_ok, until_healthy
+from mpijob_testbed.waiting import until_http_ok
 
 Echo = Callable[[str], None]
 
@@ -229,10 +229,9 @@ def _start(
     ctx: ssl.SSLContext | None = None
     if component != "etcd" and component != "kwok":
         ctx = _admin_context(layout)
-    url = health_url(component, ports)
-    until_healthy(
-        http_ok(url, ctx),
-        what=f"GET {url} to answer 200",
+    until_http_ok(
+        health_url(component, ports),
+        ctx,
         name=component,
         pid=pid,
         log=log,

@@ -19,7 +19,7 @@ from mpijob_testbed.errors import TestbedError
 from mpijob_testbed.kubeconfigs import CONTEXT_NAME
 from mpijob_testbed.paths import Layout
 from mpijob_testbed.ports import free_ports
-from mpijob_testbed.waiting import http_ok, until_healthy
+from mpijob_testbed.waiting import until_http_ok
 
 Echo = Callable[[str], None]
 
@@ -70,10 +70,7 @@ def start(layout: Layout, binary: Path, bind_ip: str, echo: Echo, timeout: float
         [str(binary), "-conf", str(conf)], log_path=layout.log(COMPONENT), pid_path=layout.pid(COMPONENT)
     )
     url = f"http://127.0.0.1:{ready}/ready"
-    what = f"GET {url} to answer 200"
-    until_healthy(
-        http_ok(url), what=what, name=COMPONENT, pid=pid, log=layout.log(COMPONENT), timeout=timeout, echo=echo
-    )
+    until_http_ok(url, name=COMPONENT, pid=pid, log=layout.log(COMPONENT), timeout=timeout, echo=echo)
     echo(f"[testbed] cluster DNS: CoreDNS on {bind_ip}:53 ready ({time.monotonic() - t:.1f}s, {CLUSTER_DOMAIN})")
     return {"health_port": health, "ready_port": ready, "metrics_port": metrics}
 

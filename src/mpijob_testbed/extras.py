@@ -31,7 +31,7 @@ from mpijob_testbed.errors import TestbedError
 from mpijob_testbed.paths import Layout, repo_root
 from mpijob_testbed.ports import free_ports
 from mpijob_testbed.rest import Rest, tls_context
-from mpijob_testbed.waiting import http_ok, until_healthy
+from mpijob_testbed.waiting import until_http_ok
 
 Echo = Callable[[str], None]
 
@@ -204,10 +204,7 @@ def _yaml_docs(path: Path) -> list[dict[str, Any]]:
 
 
 def _wait_healthy(name: str, pid: int, url: str, ctx: Any, log: Path, echo: Echo) -> None:
-    what = f"GET {url} to answer 200"
-    until_healthy(
-        http_ok(url, ctx), what=what, name=name, pid=pid, log=log, timeout=_HEALTH_TIMEOUT, echo=echo, interval=0.3
-    )
+    until_http_ok(url, ctx, name=name, pid=pid, log=log, timeout=_HEALTH_TIMEOUT, echo=echo, interval=0.3)
 
 
 # --- Kueue ---------------------------------------------------------------------------------------------------

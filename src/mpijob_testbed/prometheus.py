@@ -29,7 +29,7 @@ from mpijob_testbed import processes
 from mpijob_testbed.errors import TestbedError
 from mpijob_testbed.paths import Layout, repo_root
 from mpijob_testbed.ports import free_ports
-from mpijob_testbed.waiting import http_ok, until_healthy
+from mpijob_testbed.waiting import until_http_ok
 
 Echo = Callable[[str], None]
 
@@ -173,10 +173,7 @@ def start(layout: Layout, echo: Echo) -> tuple[int, Path]:
     started = time.monotonic()
     pid = processes.spawn(argv, log_path=log, pid_path=layout.pid(NAME))
     url = f"http://127.0.0.1:{port}/-/ready"
-    what = f"GET {url} to answer 200"
-    until_healthy(
-        http_ok(url), what=what, name=NAME, pid=pid, log=log, timeout=_HEALTH_TIMEOUT, echo=echo, interval=0.3
-    )
+    until_http_ok(url, name=NAME, pid=pid, log=log, timeout=_HEALTH_TIMEOUT, echo=echo, interval=0.3)
     _port_file(layout).write_text(f"{port}\n")
     echo(
         f"[testbed] prometheus ready (pid {pid}, {time.monotonic() - started:.1f}s, http://127.0.0.1:{port}, "

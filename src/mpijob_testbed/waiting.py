@@ -120,6 +120,30 @@ def http_ok(url: str, ctx: ssl.SSLContext | None = None) -> Check:
     return check
 
 
+def until_http_ok(
+    url: str,
+    ctx: ssl.SSLContext | None = None,
+    *,
+    name: str,
+    pid: int,
+    log: Path,
+    timeout: float,
+    echo: Echo,
+    interval: float = 0.2,
+) -> None:
+    """`until_healthy` for the usual health check: GET `url` answers 200."""
+    until_healthy(
+        http_ok(url, ctx),
+        what=f"GET {url} to answer 200",
+        name=name,
+        pid=pid,
+        log=log,
+        timeout=timeout,
+        echo=echo,
+        interval=interval,
+    )
+
+
 def log_tail(path: Path, lines: int = TAIL_LINES) -> str:
     """The last `lines` lines of a log, indented under the error that quotes them."""
     try:
