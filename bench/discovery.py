@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness import finish, print_table, report_header, spread_elastic_job, testbed_with_crd
+from harness import finish, measure_on_testbed, print_table, spread_elastic_job
 from kubernetes_asyncio.client import CoreV1Api
 from plots import discovery_plots
 
@@ -275,15 +275,14 @@ def main() -> int:
     parser.add_argument("--json", default=None)
     parser.add_argument("--plots", default=None, help="also write PNG plots (CDF, timeline) into this directory")
     args = parser.parse_args()
-    report = report_header()
-    with testbed_with_crd(args.dir, 0) as kubeconfig:
-        report["discovery"] = asyncio.run(bench(kubeconfig, args.jobs, args.workers, args.nodes, Path(args.dir)))
-    o = report["discovery"]
+    report, o = measure_on_testbed(
+        args.dir, "discovery", lambda kubeconfig: bench(kubeconfig, args.jobs, args.workers, args.nodes, Path(args.dir))
+    )
     print(
         f"## Node taint -> launcher discovery ({o['jobs']} elastic jobs x {o['workers_per_job']} workers over "
         f"{o['worker_nodes']} nodes, one node tainted, operator defaults)\n"
     )
-    print_table({k: v for k, v in o.items() if not k.startswith("_")}, round_floats=False)
+    print_table(o, round_floats=False)
     if args.plots:
         for path in discovery_plots(o, Path(args.plots)):
             print(f"plot: {path}")

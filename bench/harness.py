@@ -8,7 +8,7 @@ import contextlib
 import json
 import platform
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,10 +44,23 @@ def testbed_with_crd(state_dir: str, nodes: int) -> Iterator[Path]:
             cluster.down(state_dir, echo=_stderr)
 
 
+def measure_on_testbed(
+    state_dir: str, key: str, measure: Callable[[Path], Awaitable[dict[str, Any]]]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the report, its `key` part): `measure(kubeconfig)` run on a testbed with the CRD (see testbed_with_crd)."""
+    report = report_header()
+    with testbed_with_crd(state_dir, 0) as kubeconfig:
+        report[key] = asyncio.run(measure(kubeconfig))
+    return report, report[key]
+
+
 def print_table(measures: dict[str, Any], *, round_floats: bool = True) -> None:
-    """A Markdown table of the measures; floats with two decimals unless the caller rounded them itself."""
+    """A Markdown table of the measures; floats with two decimals unless the caller rounded them itself. Keys
+    starting with "_" are raw series (for the JSON and the plots), not rows."""
     print("| measure | value |\n|---|---|")
     for key, value in measures.items():
+        if key.startswith("_"):
+            continue
         shown = f"{value:.2f}" if round_floats and isinstance(value, float) else f"{value}"
         print(f"| {key} | {shown} |")
 

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import finish, print_table, report_header, spread_elastic_job, testbed_with_crd
+from harness import finish, measure_on_testbed, print_table, spread_elastic_job
 from kubernetes_asyncio.client import CoreV1Api
 
 from mpijob.api import constants as c
@@ -235,10 +235,7 @@ def main() -> int:
     parser.add_argument("--dir", default=str(ROOT / ".cache" / "bench-testbed"))
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    report = report_header()
-    with testbed_with_crd(args.dir, 0) as kubeconfig:
-        report["regrow"] = asyncio.run(bench(kubeconfig, args, Path(args.dir)))
-    o = report["regrow"]
+    report, o = measure_on_testbed(args.dir, "regrow", lambda kubeconfig: bench(kubeconfig, args, Path(args.dir)))
     print(
         f"## Regrow: {o['jobs']} elastic jobs x {o['workers_per_job']} workers (half ScaleIn with regrow "
         f"{o['regrow'] or 'defaults'}, half Replace), one of two full nodes tainted, {o['dry_s']:.0f} s without "

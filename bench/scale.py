@@ -53,7 +53,7 @@ from typing import Any
 
 import aiohttp
 from compare import load_average, rss_mib
-from harness import finish, print_table, report_header, spread_elastic_job, testbed_with_crd
+from harness import finish, measure_on_testbed, print_table, spread_elastic_job
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -566,15 +566,12 @@ def main() -> int:
     Path(args.logs).mkdir(parents=True, exist_ok=True)
     if not 0 < args.scale_in_jobs < args.jobs:
         parser.error("--scale-in-jobs must be between 0 and --jobs")
-    report = report_header()
-    with testbed_with_crd(args.dir, 0) as kubeconfig:
-        report["scale"] = asyncio.run(bench(kubeconfig, args, Path(args.logs)))
-    o = report["scale"]
+    report, o = measure_on_testbed(args.dir, "scale", lambda kubeconfig: bench(kubeconfig, args, Path(args.logs)))
     print(
         f"## At scale: {o['jobs']} elastic jobs x {o['workers_per_job']} workers, one spot taint, a scale-in of "
         f"{o['scale_in_jobs']} jobs, an operator restart (operator defaults)\n"
     )
-    print_table({k: v for k, v in o.items() if not k.startswith("_")}, round_floats=False)
+    print_table(o, round_floats=False)
     return finish(report, args.json)
 
 
