@@ -407,10 +407,39 @@ def up(
         return _start_fresh(layout, resolve_bin_dir(bin_dir), nodes, echo, with_, real_count)
 
 
+def _abandoned(layout: Layout) -> bool:
+    """True when nothing of the testbed at `layout` runs and no `up` or `down` holds it: its run was killed."""
+    if not layout.marker.exists():
+        return False
+    names = (*COMPONENTS, *realnode.NODE_COMPONENTS, "coredns")
+    with open(layout.lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        try:
+            return not processes.find_processes(f"{layout.root}{os.sep}", names)
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _take_down_abandoned_real_node(layout: Layout, echo: Echo) -> None:
+    """A real-node testbed whose run was killed (a CI job cancelled, a session ended) keeps the host's one
+    bridge and its host changes; `down` on its state directory undoes them. Only when nothing of it runs:
+    a live testbed's bridge is refused by `realnode.prepare` as before."""
+    owner = realnode.bridge_owner()
+    if owner is None or owner == layout.root or not _abandoned(Layout(owner)):
+        return
+    _say(echo, f"the real-node testbed at {owner} was left behind (nothing of it runs); taking it down")
+    down(owner, echo=echo)
+
+
 def _start_fresh(
     layout: Layout, bin_dir: Path, nodes: int, echo: Echo, with_: tuple[str, ...] = (), real_nodes: int = 0
 ) -> Testbed:
     ensure_binaries(bin_dir, echo=echo)
+    if real_nodes:
+        _take_down_abandoned_real_node(layout, echo)
     real = realnode.prepare(layout, echo, real_nodes) if real_nodes else []
     started = time.monotonic()
     ports = Ports(*free_ports(6))
@@ -454,7 +483,7 @@ def _start_fresh(
         extra: list[str] = []
         if real:
             realnode.issue_certificates(pki, real)
-            realnode.setup_network(ports.apiserver, real)
+            realnode.setup_network(ports.apiserver, real, owner=layout.root)
             extra = realnode.apiserver_flags(pki, real[0])
         for component in COMPONENTS:
             _start(

@@ -212,6 +212,15 @@ def prepare(layout: Layout, echo: Echo, count: int = 1) -> list[NodeLayout]:
     return nodes
 
 
+def bridge_owner() -> Path | None:
+    """The state directory of the testbed whose bridge this host has, when it has one that says so."""
+    try:
+        alias = Path(f"/sys/class/net/{BRIDGE}/ifalias").read_text().strip()
+    except OSError:
+        return None
+    return Path(alias) if alias.startswith("/") else None
+
+
 def apiserver_flags(pki: Pki, node: NodeLayout) -> list[str]:
     crt, key = node.root / "apiserver-kubelet-client.crt", node.root / "apiserver-kubelet-client.key"
     return [
@@ -246,9 +255,12 @@ def issue_certificates(pki: Pki, nodes: list[NodeLayout]) -> None:
         )
 
 
-def setup_network(apiserver_port: int, nodes: list[NodeLayout] | None = None) -> None:
+def setup_network(apiserver_port: int, nodes: list[NodeLayout] | None = None, owner: Path | None = None) -> None:
     """The bridge with the nodes' addresses, and the `kubernetes` Service DNAT for pods on it."""
     _run(["ip", "link", "add", BRIDGE, "type", "bridge"], "creating the bridge")
+    if owner is not None:
+        # The bridge names its testbed, so that one left behind by a killed run can be found and taken down.
+        _run(["ip", "link", "set", "dev", BRIDGE, "alias", str(owner)], "naming the bridge's testbed")
     # real-1's address first: it is the primary one, which the CNI bridge plugin (isGateway) finds as the
     # gateway it expects; it would refuse a bridge whose first IPv4 address is another one.
     _run(["ip", "addr", "add", f"{NODE_IP}/24", "dev", BRIDGE], "addressing the bridge")

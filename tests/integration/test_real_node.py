@@ -701,3 +701,30 @@ def test_down_after_the_kubelet_and_containerd_were_killed_still_leaves_the_host
         assert cluster.down(state_dir)
     assert hoststate.differences(before, hoststate.capture()) == []
     assert not processes_named("kubelet", "containerd", realnode.SHIM)
+
+
+def test_up_takes_down_a_real_node_testbed_whose_run_was_killed(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+) -> None:
+    """A run killed with its testbed up (a cancelled CI job, an ended session) leaves the host's one bridge
+    behind; the next real-node `up` finds that nothing of that testbed runs, takes it down and starts."""
+    if real_testbed[0].state_dir.exists():
+        cluster.down(real_testbed[0].state_dir)
+    before = hoststate.capture()
+    killed = Path(tempfile.mkdtemp(prefix="mpijob-rn-"))
+    cluster.up(nodes=1, state_dir=killed, real_node=True)
+    for pid_file in killed.glob("*.pid"):
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid_file.read_text()), 9)
+    assert realnode.bridge_owner() == killed
+    fresh = Path(tempfile.mkdtemp(prefix="mpijob-rn-"))
+    try:
+        tb = cluster.up(nodes=1, state_dir=fresh, real_node=True)
+        assert not killed.exists(), "the abandoned testbed's directory was taken down"
+        assert realnode.bridge_owner() == tb.state_dir
+        kubectl(tb, "wait", "--for=condition=Ready", f"node/{realnode.node_names(1)[0]}", "--timeout=60s", timeout=70)
+    finally:
+        for d in (fresh, killed):
+            if d.exists():
+                cluster.down(d)
+    assert hoststate.differences(before, hoststate.capture()) == []
