@@ -23,6 +23,14 @@ def _env_list(name: str) -> list[str]:
     return [v.strip() for v in os.environ.get(name, "").split(",") if v.strip()]
 
 
+def _optional_float(value: str | None) -> float | None:
+    return None if value is None or not value.strip() else float(value)
+
+
+def _optional_int(value: str | None) -> int | None:
+    return None if value is None or not value.strip() else int(value)
+
+
 def register(subparsers: Any) -> None:
     op = subparsers.add_parser("operator", help="run the MPIJob controller in the foreground")
     op.add_argument("--kubeconfig", default=None, help="default: KUBECONFIG, ~/.kube/config, then in-cluster")
@@ -42,6 +50,19 @@ def register(subparsers: Any) -> None:
     )
     op.add_argument("--kube-api-qps", type=float, default=float(os.environ.get("MPIJOB_KUBE_API_QPS", "50")))
     op.add_argument("--kube-api-burst", type=int, default=int(os.environ.get("MPIJOB_KUBE_API_BURST", "100")))
+    op.add_argument(
+        "--kube-api-urgent-qps",
+        type=float,
+        default=_optional_float(os.environ.get("MPIJOB_KUBE_API_URGENT_QPS")),
+        help="budget of the writes that take leaving workers out of discovery, which must not wait behind the "
+        "others after a spot notice (default: 10x --kube-api-qps; env MPIJOB_KUBE_API_URGENT_QPS)",
+    )
+    op.add_argument(
+        "--kube-api-urgent-burst",
+        type=int,
+        default=_optional_int(os.environ.get("MPIJOB_KUBE_API_URGENT_BURST")),
+        help="burst of those writes (default: 10x --kube-api-burst; env MPIJOB_KUBE_API_URGENT_BURST)",
+    )
     op.add_argument("--log-format", choices=("text", "json"), default=os.environ.get("MPIJOB_LOG_FORMAT", "text"))
     op.add_argument("--log-level", default=os.environ.get("MPIJOB_LOG_LEVEL", "INFO"))
     op.add_argument("--cluster-domain", default=os.environ.get("MPIJOB_CLUSTER_DOMAIN", ""))
@@ -114,6 +135,8 @@ def _operator(args: argparse.Namespace) -> int:
             reconcilers=args.workers,  # the flag keeps its name; it counts reconciles, not pods
             qps=args.kube_api_qps,
             burst=args.kube_api_burst,
+            urgent_qps=args.kube_api_urgent_qps,
+            urgent_burst=args.kube_api_urgent_burst,
             log_format=args.log_format,
             log_level=args.log_level.upper(),
             planner=OperatorConfig(

@@ -20,7 +20,18 @@ from mpijob.api.objects import controller_uid
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import collection_path, object_path
 from mpijob.executor.sshkeys import ssh_key_pair
-from mpijob.planner.actions import Action, ConfirmAbsence, Create, Defer, Delete, Emit, Patch, RequeueAfter, Write
+from mpijob.planner.actions import (
+    Action,
+    ConfirmAbsence,
+    Create,
+    Defer,
+    Delete,
+    Emit,
+    Patch,
+    Plan,
+    RequeueAfter,
+    Write,
+)
 from mpijob.planner.snapshot import format_time
 
 log = logging.getLogger("mpijob.executor")
@@ -89,6 +100,8 @@ class _Batch:
     events: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     # Status fields (Create.uid_into_status) -> the uid this batch's create made, for its next status write.
     status_uids: dict[str, str] = field(default_factory=dict)
+    # The plan's leave_discovery writes (by identity): they go through the urgent lane.
+    urgent: frozenset[int] = frozenset()
 
     def announce(self, *emits: Emit) -> None:
         for emit in emits:
@@ -97,8 +110,10 @@ class _Batch:
 
 
 class Executor:
-    def __init__(self, client: Client, *, post_events: bool = True) -> None:
+    def __init__(self, client: Client, *, post_events: bool = True, urgent: Any = None) -> None:
         self.client = client
+        # Where Plan.leave_discovery's writes go (`client.UrgentLane`); the client itself when not given.
+        self.urgent: Any = urgent if urgent is not None else client
         self.post_events = post_events
         # Checked before every write (leader election sets it): a leader that lost its lease mid-batch stops
         # at the next write, not at the next job.
@@ -107,6 +122,8 @@ class Executor:
     async def apply(self, job: dict[str, Any], actions: Sequence[Action]) -> Outcome:
         meta = job.get("metadata") or {}
         batch = _Batch(str(meta.get("namespace")), str(meta.get("name")), meta.get("resourceVersion"))
+        if isinstance(actions, Plan):
+            batch.urgent = frozenset(map(id, actions.leave_discovery))
         await self._apply(batch, actions)
         # Events of one reason in one batch become one Event, and so do all create announcements ("Created
         # Service j; Created Pod j-worker-0, j-worker-1, ...") rather than one per object: a new 8-worker job
@@ -150,6 +167,7 @@ class Executor:
         """A create, patch or delete; its Events are announced only when it really happened. True when the
         batch stops here (an exclusive create found the name taken)."""
         outcome = batch.outcome
+        client = self.urgent if id(action) in batch.urgent else self.client
         if isinstance(action, Create) and action.exclusive:
             key = (str(action.obj["kind"]), str(action.obj["metadata"]["name"]))
             outcome.created[key] = uid = await self._create_exclusive(batch.namespace, action)
@@ -160,7 +178,7 @@ class Executor:
             if action.uid_into_status:
                 batch.status_uids[action.uid_into_status] = uid
         elif isinstance(action, Create):
-            if not await self._create(batch.namespace, action):
+            if not await self._create(client, batch.namespace, action):
                 return False
             if action.obj["kind"] == "Pod":
                 outcome.created_pods.append(action.obj["metadata"]["name"])
@@ -170,7 +188,7 @@ class Executor:
             if is_job and action.subresource == "status" and batch.status_uids:
                 action = _with_uids(action, batch.status_uids)
                 batch.status_uids = {}
-            result = await self._patch(batch.namespace, action, made)
+            result = await self._patch(client, batch.namespace, action, made)
             version = (result.get("metadata") or {}).get("resourceVersion") if isinstance(result, dict) else None
             if not is_job and version is not None:
                 batch.versions[(action.kind, action.name)] = version
@@ -179,7 +197,7 @@ class Executor:
             if is_job and isinstance(result, dict):
                 # Later writes to the job in this batch build on the version we just made.
                 batch.job_rv = outcome.job_resource_version = version or batch.job_rv
-        elif not await self._delete(batch.namespace, action):
+        elif not await self._delete(client, batch.namespace, action):
             return False
         elif action.kind == "Pod":
             outcome.deleted_pods.append((action.name, action.uid))
@@ -218,12 +236,12 @@ class Executor:
             raise
         return False
 
-    async def _create(self, namespace: str, action: Create) -> bool:
+    async def _create(self, client: Any, namespace: str, action: Create) -> bool:
         obj = action.obj
         if action.generate_ssh_keys:
             obj = {**obj, "data": ssh_key_pair()}  # a shallow copy: the action itself stays as planned
         try:
-            await self.client.create(collection_path(obj["apiVersion"], obj["kind"], namespace), obj)
+            await client.create(collection_path(obj["apiVersion"], obj["kind"], namespace), obj)
         except ApiError as err:
             if err.status == 409:  # AlreadyExists: our cache was behind, or the name is taken (planner sees it next)
                 return False
@@ -263,7 +281,7 @@ class Executor:
         log.info("%s %s/%s already existed and is this job's own: adopted", obj["kind"], namespace, meta.get("name"))
         return str(meta["uid"])
 
-    async def _patch(self, namespace: str, action: Patch, made: Any) -> Any:
+    async def _patch(self, client: Any, namespace: str, action: Patch, made: Any) -> Any:
         """`made`: the resourceVersion an earlier write of this batch made of the object, if any."""
         patch = action.patch
         rv = action.resource_version
@@ -273,16 +291,16 @@ class Executor:
             # Copies of the two levels we change; the action itself stays as planned.
             patch = {**patch, "metadata": {**(patch.get("metadata") or {}), "resourceVersion": rv}}
         path = object_path(action.api_version, action.kind, namespace, action.name, action.subresource)
-        return await self.client.merge_patch(path, patch)
+        return await client.merge_patch(path, patch)
 
-    async def _delete(self, namespace: str, action: Delete) -> bool:
+    async def _delete(self, client: Any, namespace: str, action: Delete) -> bool:
         options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if action.uid:
             options["preconditions"] = {"uid": action.uid}
         if action.propagation:
             options["propagationPolicy"] = action.propagation
         try:
-            await self.client.delete(object_path(action.api_version, action.kind, namespace, action.name), options)
+            await client.delete(object_path(action.api_version, action.kind, namespace, action.name), options)
         except ApiError as err:
             if err.status in (404, 409):  # gone already, or a different object now holds the name
                 return False

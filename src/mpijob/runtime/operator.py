@@ -18,7 +18,7 @@ import aiohttp
 from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
-from mpijob.executor.client import ApiError, Client
+from mpijob.executor.client import ApiError, Client, UrgentLane
 from mpijob.executor.kubeconfig import load_api_client
 from mpijob.planner import podgroups
 from mpijob.planner.snapshot import OperatorConfig
@@ -37,6 +37,9 @@ class OperatorOptions:
     reconcilers: int = 16
     qps: float = 50.0
     burst: int = 100
+    # The urgent lane's budget (Plan.leave_discovery's writes); None: URGENT_FACTOR x qps and burst.
+    urgent_qps: float | None = None
+    urgent_burst: int | None = None
     log_format: str = "text"
     log_level: str = "INFO"
     # What the planner decides with (cluster domain, termination signals, discovery, gang scheduler, managedBy).
@@ -83,13 +86,15 @@ async def run(
     started: Callable[[Controller], None] | None = None,
 ) -> Controller:
     api = await load_api_client(options.kubeconfig)
-    client = Client(api, qps=options.qps, burst=options.burst)
+    client = Client(
+        api, qps=options.qps, burst=options.burst, urgent_qps=options.urgent_qps, urgent_burst=options.urgent_burst
+    )
     config = options.planner
     if config.gang_scheduler:
         await _check_pod_group_crd(client, config.gang_scheduler)
     metrics = Metrics()
     client.on_response = metrics.api_response
-    executor = InstrumentedExecutor(client, metrics=metrics, config=config)
+    executor = InstrumentedExecutor(client, metrics=metrics, config=config, urgent=UrgentLane(client))
     controller = InstrumentedController(
         executor,
         config,
