@@ -40,3 +40,20 @@ def test_executor_applies_the_urgent_writes_and_stops_at_defer() -> None:
     assert outcome.deferred
     assert outcome.config_map_resource_version == "43"
     assert outcome.writes == 1
+
+
+class TimingOutEvents(RecordingClient):
+    async def create(self, path: str, obj: Any) -> Any:
+        if path.endswith("/events"):
+            raise TimeoutError
+        return await super().create(path, obj)
+
+
+def test_an_event_that_times_out_does_not_fail_the_writes_it_announces() -> None:
+    client = TimingOutEvents()
+    job = {"metadata": {"name": "pi", "namespace": "team-a", "uid": "u", "resourceVersion": "1"}}
+    actions = [Patch("v1", "ConfigMap", "pi-config", {"data": {}}), Emit("Normal", "NodeTerminating", "x")]
+
+    outcome = asyncio.run(Executor(client, post_events=True).apply(job, actions))  # type: ignore[arg-type]
+
+    assert outcome.writes == 1 and outcome.error is None

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
+
 from mpijob.api.constants import EVENT_SOURCE
 from mpijob.api.models import API_VERSION
 from mpijob.api.objects import controller_uid
@@ -336,5 +338,7 @@ class Executor:
         }
         try:
             await self.client.create(collection_path("v1", "Event", namespace), body)
-        except ApiError as err:  # an Event is best effort; never fail a reconcile on it
-            log.warning("could not post event %s: %s", event.reason, err)
+        except (ApiError, TimeoutError, aiohttp.ClientError, OSError) as err:
+            # An Event is best effort: never fail a reconcile on it. A timeout or a dropped connection too: the
+            # writes it announces are done, and failing here would back the job off for nothing.
+            log.warning("could not post event %s: %s", event.reason, err or type(err).__name__)
