@@ -204,7 +204,7 @@ class Controller:
         self.by_kind = {w.kind: w for w in self.kinds}
         self.cache = Cache(tuple(w.index for w in self.kinds if w.index not in Cache.INDEXES))
         self.cache.ready = False  # until every informer has listed (the warm gate)
-        self.queue = WorkQueue()
+        self.queue = WorkQueue(later_limit=max(1, reconcilers // 2))
         self.executor = executor
         self.config = config
         # How many reconciles run at once (coroutines taking job keys from the queue; not pods).
@@ -342,9 +342,9 @@ class Controller:
             log.debug("%s/%s: %s; will retry on fresh data", *key, outcome.conflict)
             return 0.2
         if outcome.deferred:
-            # Behind every job already queued (their urgent writes go first); the ConfigMap's watch event
-            # queues it too.
-            self.queue.add(key)
+            # In the later lane: every other job's urgent writes go first, and these passes, which wait on
+            # the shared QPS budget, never take every worker (runtime/workqueue.py).
+            self.queue.add_later(key)
             return None
         return outcome.requeue_after
 

@@ -1,17 +1,34 @@
 """A de-duplicating work queue, as client-go's: a key is queued at most once, never processed by two
-workers at once, and re-queued after processing if it was added meanwhile. Failures back off."""
+workers at once, and re-queued after processing if it was added meanwhile. Failures back off.
+
+Two lanes. `add` queues in the ready lane, first in first out. `add_later` queues the rest of a deferred
+pass (a job whose urgent discovery writes are done, `Plan.leave_discovery`): those passes wait on the shared
+QPS budget for seconds when many jobs were affected at once, and if they could take every worker, the next
+job's urgent pass would wait behind them (a mass scale-in: each patched job waited for a worker while 16 of
+them waited for tokens). So the later lane is taken first while fewer than `later_limit` of its passes run,
+and never by more: the other workers stay free for the ready lane. A key pending in the later lane stays
+there when an event adds it (its own ConfigMap write's event would, at once); that pass reads the event's
+change too."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Hashable
 
 
 class WorkQueue:
-    def __init__(self, base_delay: float = 0.05, max_delay: float = 300.0) -> None:
-        self._queue: asyncio.Queue[Hashable] = asyncio.Queue()
-        self._dirty: set[Hashable] = set()
+    def __init__(self, base_delay: float = 0.05, max_delay: float = 300.0, later_limit: int | None = None) -> None:
+        self._ready: deque[Hashable] = deque()
+        # Insertion-ordered: the later lane's FIFO.
+        self._later: dict[Hashable, None] = {}
+        self._wakeup = asyncio.Event()
+        # Pending keys -> whether for the later lane.
+        self._dirty: dict[Hashable, bool] = {}
         self._processing: set[Hashable] = set()
+        self._later_running: set[Hashable] = set()
+        # None: no limit (a queue without a worker count, in tests).
+        self.later_limit = later_limit
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
         # add_batched's timers, apart: a pass that starts cancels them (never a requeue_after or a backoff).
         self._batches: dict[Hashable, asyncio.TimerHandle] = {}
@@ -25,9 +42,19 @@ class WorkQueue:
     def add(self, key: Hashable) -> None:
         if key in self._dirty:
             return
-        self._dirty.add(key)
+        self._dirty[key] = False
         if key not in self._processing:
-            self._queue.put_nowait(key)
+            self._ready.append(key)
+            self._wakeup.set()
+
+    def add_later(self, key: Hashable) -> None:
+        """Queues the rest of a deferred pass in the later lane (see the module's docstring)."""
+        if key in self._dirty:
+            return
+        self._dirty[key] = True
+        if key not in self._processing:
+            self._later[key] = None
+            self._wakeup.set()
 
     def add_after(self, key: Hashable, delay: float) -> None:
         """Adds `key` after `delay` seconds; an earlier pending timer for the same key wins."""
@@ -70,9 +97,20 @@ class WorkQueue:
     def forget(self, key: Hashable) -> None:
         self._failures.pop(key, None)
 
+    def _later_may_run(self) -> bool:
+        return bool(self._later) and (self.later_limit is None or len(self._later_running) < self.later_limit)
+
     async def get(self) -> Hashable:
-        key = await self._queue.get()
-        self._dirty.discard(key)
+        while not (self._later_may_run() or self._ready):
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        if self._later_may_run():
+            key = next(iter(self._later))
+            del self._later[key]
+            self._later_running.add(key)
+        else:
+            key = self._ready.popleft()
+        self._dirty.pop(key, None)
         batch = self._batches.pop(key, None)
         if batch is not None:
             batch.cancel()
@@ -81,8 +119,16 @@ class WorkQueue:
 
     def done(self, key: Hashable) -> None:
         self._processing.discard(key)
-        if key in self._dirty:
-            self._queue.put_nowait(key)
+        if key in self._later_running:
+            self._later_running.discard(key)
+            self._wakeup.set()  # a later-lane slot is free
+        later = self._dirty.get(key)
+        if later is not None:
+            if later:
+                self._later[key] = None
+            else:
+                self._ready.append(key)
+            self._wakeup.set()
 
     def shutdown(self) -> None:
         for timer in (*self._timers.values(), *self._batches.values()):

@@ -1,0 +1,115 @@
+"""The work queue's later lane: the rest of a deferred pass waits there, and never takes every worker, so a
+newly signalled job's urgent pass finds a free worker (the mass scale-in at 1,000 x 8: each patched job
+waited for a worker while all 16 waited on the shared QPS budget)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mpijob.runtime.workqueue import WorkQueue
+
+
+async def _take(queue: WorkQueue, within: float = 0.2) -> Hashable | None:
+    try:
+        return await asyncio.wait_for(queue.get(), within)
+    except TimeoutError:
+        return None
+
+
+def test_a_job_added_while_deferred_passes_fill_their_share_is_taken_at_once() -> None:
+    async def scenario() -> None:
+        queue = WorkQueue(later_limit=2)
+        for job in ("d1", "d2", "d3"):
+            queue.add_later(job)
+        taken = [await _take(queue), await _take(queue)]
+        assert taken == ["d1", "d2"]
+        assert await _take(queue) is None, "a third deferred pass would take a worker the ready lane needs"
+        queue.add("signalled")
+        assert await _take(queue) == "signalled"
+        queue.done("d1")
+        assert await _take(queue) == "d3", "a finished deferred pass frees its slot"
+
+    asyncio.run(scenario())
+
+
+def test_the_later_lane_is_served_first_while_under_its_limit() -> None:
+    """Not starved by a steady ready lane: its share of workers keeps working through it."""
+
+    async def scenario() -> None:
+        queue = WorkQueue(later_limit=1)
+        queue.add("a")
+        queue.add("b")
+        queue.add_later("deferred")
+        assert await _take(queue) == "deferred"
+        assert await _take(queue) == "a"
+
+    asyncio.run(scenario())
+
+
+def test_an_event_for_a_key_in_the_later_lane_leaves_it_there() -> None:
+    """The deferred pass's own ConfigMap write comes back as an event at once: it must not jump the queue."""
+
+    async def scenario() -> None:
+        queue = WorkQueue(later_limit=1)
+        queue.add_later("j")
+        queue.add("j")
+        assert len(queue) == 1
+        queue.add("other")
+        assert await _take(queue) == "j"  # from the later lane, once
+        assert await _take(queue) == "other"
+        assert await _take(queue) is None
+
+    asyncio.run(scenario())
+
+
+def test_a_key_deferred_while_processing_goes_to_the_later_lane_when_done() -> None:
+    async def scenario() -> None:
+        queue = WorkQueue(later_limit=1)
+        queue.add("j")
+        assert await _take(queue) == "j"
+        queue.add_later("j")  # the pass deferred itself
+        queue.add("k")
+        assert await _take(queue) == "k", "never two passes of one key at once"
+        queue.done("j")
+        assert await _take(queue) == "j"
+
+    asyncio.run(scenario())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "later", "take", "done"]), st.integers(0, 4)), max_size=40))
+def test_every_added_key_is_taken_once_and_never_twice_at_once(ops: list[tuple[str, int]]) -> None:
+    async def scenario() -> None:
+        queue = WorkQueue(later_limit=2)
+        running: set[Hashable] = set()
+        pending: set[Hashable] = set()
+        for op, n in ops:
+            key = f"j{n}"
+            if op == "add":
+                queue.add(key)
+                pending.add(key)
+            elif op == "later":
+                queue.add_later(key)
+                pending.add(key)
+            elif op == "take":
+                got = await _take(queue, 0.01)
+                if got is not None:
+                    assert got not in running
+                    running.add(got)
+                    pending.discard(got)
+            elif key in running:
+                running.discard(key)
+                queue.done(key)
+        for key in list(running):
+            queue.done(key)
+        drained = set()
+        while (got := await _take(queue, 0.01)) is not None:
+            drained.add(got)
+            queue.done(got)
+        assert drained == pending
+
+    asyncio.run(scenario())
