@@ -31,6 +31,25 @@ def _optional_int(value: str | None) -> int | None:
     return None if value is None or not value.strip() else int(value)
 
 
+def _kube_api_flags(op: Any) -> None:
+    """The client's budgets on the API server."""
+    op.add_argument("--kube-api-qps", type=float, default=float(os.environ.get("MPIJOB_KUBE_API_QPS", "50")))
+    op.add_argument("--kube-api-burst", type=int, default=int(os.environ.get("MPIJOB_KUBE_API_BURST", "100")))
+    op.add_argument(
+        "--kube-api-urgent-qps",
+        type=float,
+        default=_optional_float(os.environ.get("MPIJOB_KUBE_API_URGENT_QPS")),
+        help="budget of the writes that take leaving workers out of discovery, which must not wait behind the "
+        "others after a spot notice (default: 10x --kube-api-qps; env MPIJOB_KUBE_API_URGENT_QPS)",
+    )
+    op.add_argument(
+        "--kube-api-urgent-burst",
+        type=int,
+        default=_optional_int(os.environ.get("MPIJOB_KUBE_API_URGENT_BURST")),
+        help="burst of those writes (default: 10x --kube-api-burst; env MPIJOB_KUBE_API_URGENT_BURST)",
+    )
+
+
 def register(subparsers: Any) -> None:
     op = subparsers.add_parser("operator", help="run the MPIJob controller in the foreground")
     op.add_argument("--kubeconfig", default=None, help="default: KUBECONFIG, ~/.kube/config, then in-cluster")
@@ -48,21 +67,7 @@ def register(subparsers: Any) -> None:
         help="concurrent reconciles (different jobs); a reconcile mostly waits on the API server, and after a "
         "node taint every affected job needs its discovery write at once (env MPIJOB_WORKERS)",
     )
-    op.add_argument("--kube-api-qps", type=float, default=float(os.environ.get("MPIJOB_KUBE_API_QPS", "50")))
-    op.add_argument("--kube-api-burst", type=int, default=int(os.environ.get("MPIJOB_KUBE_API_BURST", "100")))
-    op.add_argument(
-        "--kube-api-urgent-qps",
-        type=float,
-        default=_optional_float(os.environ.get("MPIJOB_KUBE_API_URGENT_QPS")),
-        help="budget of the writes that take leaving workers out of discovery, which must not wait behind the "
-        "others after a spot notice (default: 10x --kube-api-qps; env MPIJOB_KUBE_API_URGENT_QPS)",
-    )
-    op.add_argument(
-        "--kube-api-urgent-burst",
-        type=int,
-        default=_optional_int(os.environ.get("MPIJOB_KUBE_API_URGENT_BURST")),
-        help="burst of those writes (default: 10x --kube-api-burst; env MPIJOB_KUBE_API_URGENT_BURST)",
-    )
+    _kube_api_flags(op)
     op.add_argument("--log-format", choices=("text", "json"), default=os.environ.get("MPIJOB_LOG_FORMAT", "text"))
     op.add_argument("--log-level", default=os.environ.get("MPIJOB_LOG_LEVEL", "INFO"))
     op.add_argument("--cluster-domain", default=os.environ.get("MPIJOB_CLUSTER_DOMAIN", ""))

@@ -86,9 +86,7 @@ async def run(
     started: Callable[[Controller], None] | None = None,
 ) -> Controller:
     api = await load_api_client(options.kubeconfig)
-    client = Client(
-        api, qps=options.qps, burst=options.burst, urgent_qps=options.urgent_qps, urgent_burst=options.urgent_burst
-    )
+    client = Client(api, options.qps, options.burst, urgent_qps=options.urgent_qps, urgent_burst=options.urgent_burst)
     config = options.planner
     if config.gang_scheduler:
         await _check_pod_group_crd(client, config.gang_scheduler)
