@@ -139,7 +139,11 @@ class Metrics:
         # not "no data", until the first conflict (the dashboard's conflicts panel, the storm alert).
         for verb, resource in _PRECONDITIONED_WRITES:
             self.api_conflicts.labels(verb, resource)
-        # -- elastic --
+        self._elastic(r)
+        self.stamps = _Stamps()
+        self.clock: Callable[[], float] = time.monotonic
+
+    def _elastic(self, r: CollectorRegistry) -> None:
         self.scale_in_decisions = Counter(
             "mpijob_elastic_scale_in_decisions_total",
             "Reconciles that took workers out of a job, by what asked for it",
@@ -180,8 +184,6 @@ class Metrics:
             ["result"],
             registry=r,
         )
-        self.stamps = _Stamps()
-        self.clock: Callable[[], float] = time.monotonic
 
     # -- wiring (one call each from the operator) ----------------------------------------------------------
     def attach(self, controller: Controller) -> None:
