@@ -2,11 +2,44 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-from mpijob.api.constants import LABEL_OPERATOR_NAME
+from mpijob.api.constants import DISCOVER_HOSTS_KEY, HOSTFILE_KEY, LABEL_OPERATOR_NAME
+
+# Annotations of an MPIJob nobody here reads: kubectl's copy of the whole applied manifest.
+_UNREAD_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+# ConfigMap keys the planner only compares with what it would write, never reads (the generated script is
+# never parsed: planner/discovery.py). The discovery list itself (discovered_hosts) is read, and kept.
+_COMPARED_ONLY = (DISCOVER_HOSTS_KEY, HOSTFILE_KEY)
+
+
+class Digest:
+    """Stands for a long text the planner only compares (`==`, `!=`) with the text it would write: equal to
+    exactly that text (BLAKE2b, 128 bits), in 80 bytes instead of the text (discover_hosts.sh is ~9 KiB per
+    job). Anything else it is compared with is unequal."""
+
+    __slots__ = ("digest", "length")
+    __hash__ = None  # type: ignore[assignment]  # equal to a str, so it cannot hash like one
+
+    def __init__(self, text: str) -> None:
+        self.length = len(text)
+        self.digest = _digest(text)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Digest):
+            return self.length == other.length and self.digest == other.digest
+        return isinstance(other, str) and len(other) == self.length and _digest(other) == self.digest
+
+    def __repr__(self) -> str:
+        return f"<digest of {self.length} characters>"
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
 
 _META_KEYS = (
     "name",
@@ -52,9 +85,14 @@ def _meta(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def mpijob(body: Mapping[str, Any]) -> dict[str, Any]:
-    """Our own objects: everything but managedFields (often the largest part, never read)."""
+    """Our own objects: everything but managedFields (often the largest part, never read) and kubectl's
+    last-applied copy of the manifest (as large as the spec, never read)."""
     out = dict(body)
-    out["metadata"] = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict) and any(k in annotations for k in _UNREAD_ANNOTATIONS):
+        meta["annotations"] = {k: v for k, v in annotations.items() if k not in _UNREAD_ANNOTATIONS}
+    out["metadata"] = meta
     return out
 
 
@@ -113,4 +151,10 @@ def owned_object(body: Mapping[str, Any], kind: str) -> dict[str, Any]:
         for key in ("spec", "data", "rules", "subjects", "roleRef"):
             if key in body:
                 out[key] = body[key]
+        if kind == "ConfigMap" and isinstance(out.get("data"), dict):
+            out["data"] = _compared_only(out["data"])
     return out
+
+
+def _compared_only(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: Digest(v) if k in _COMPARED_ONLY and type(v) is str else v for k, v in data.items()}
