@@ -44,8 +44,6 @@ sys.path.insert(0, str(ROOT))
 WORKERS = 8
 NAMESPACE = "bench"
 TEMPLATE_JOB = "bench-00000"
-# Items per list page: the informer's (runtime/informer.py PAGE) is what it asks for; the stand-in obeys.
-_PAGE = 500
 
 
 def rss_kib() -> int:
@@ -319,10 +317,10 @@ class Listing:
             return self.bodies.nodes_encoded()[n]
         return self.bodies.encoded(*self.positions[n])
 
-    def page(self, start: int) -> bytes:
-        chunk = [self.item(n) for n in range(start, min(start + _PAGE, len(self.positions)))]
-        more = start + _PAGE < len(self.positions)
-        meta = '{"resourceVersion":"900000"' + (f',"continue":"{start + _PAGE}"' if more else "") + "}"
+    def page(self, start: int, limit: int) -> bytes:
+        chunk = [self.item(n) for n in range(start, min(start + limit, len(self.positions)))]
+        more = start + limit < len(self.positions)
+        meta = '{"resourceVersion":"900000"' + (f',"continue":"{start + limit}"' if more else "") + "}"
         return (
             f'{{"kind":"{self.kind}List","apiVersion":"v1","metadata":{meta},"items":['.encode()
             + b",".join(chunk)
@@ -368,8 +366,8 @@ class ApiStandIn:
         self.requests += 1
         if method != "GET":
             return await self._refuse(method, path)
-        start = int(dict(query or []).get("continue") or 0)
-        return loads(self.listing(path).page(start))
+        asked = dict(query or [])
+        return loads(self.listing(path).page(int(asked.get("continue") or 0), int(asked.get("limit") or 500)))
 
     async def _refuse(self, method: str, path: str) -> Any:
         from mpijob.executor.client import ApiError
@@ -418,6 +416,7 @@ async def _fill(bodies: Bodies, phases: dict[str, int]) -> dict[str, Any]:
     watches = informer.informers(controller.kinds, api, controller, [])  # type: ignore[arg-type]
     for i in watches:
         await i._list()
+        phases[f"list {i.watched.kind}"] = rss_kib()
     await controller.warm_up(watches)
     gc.collect()
     phases["listed"] = rss_kib()
@@ -473,9 +472,13 @@ def structures(state: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def run_one(jobs: int, trace: bool) -> dict[str, Any]:
+def run_one(jobs: int, trace: bool, page: int | None) -> dict[str, Any]:
     phases: dict[str, int] = {"python": rss_kib()}
     import mpijob.runtime.operator  # noqa: F401  (what `mpijob operator` imports)
+    from mpijob.runtime import informer
+
+    if page is not None:
+        informer.PAGE = page
 
     phases["imports"] = rss_kib()
     bodies = Bodies(jobs)  # the template and the unit tests' world: ~1 MiB, kept, counted with the cache
@@ -487,6 +490,7 @@ def run_one(jobs: int, trace: bool) -> dict[str, Any]:
     state = asyncio.run(_fill(bodies, phases))
     result: dict[str, Any] = {
         "jobs": jobs,
+        "page": informer.PAGE,
         "worker_pods": sum(
             1
             for p in state["controller"].cache.indexes["pods"].values()
@@ -514,13 +518,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, nargs="*", default=[250, 1250])
     parser.add_argument("--trace", action="store_true", help="tracemalloc sites and structure sizes (slower)")
+    parser.add_argument("--page", type=int, help="list page size (default: the informer's)")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(run_one(args.jobs[0], args.trace)))
+        print(json.dumps(run_one(args.jobs[0], args.trace, args.page)))
         return 0
     for jobs in args.jobs:
         cmd = [sys.executable, __file__, "--one", "--jobs", str(jobs)] + (["--trace"] if args.trace else [])
+        cmd += ["--page", str(args.page)] if args.page else []
         out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
         report(out)
     return 0
@@ -529,9 +535,9 @@ def main() -> int:
 def report(out: dict[str, Any]) -> None:
     rss = out["rss_kib"]
     pods = out["worker_pods"]
-    print(f"## {out['jobs']} jobs x {WORKERS} workers: {pods} worker pods cached ({out['seconds']} s)")
+    print(f"## {out['jobs']} jobs x {WORKERS} workers: {pods} worker pods cached (list pages of {out['page']})")
     for phase, kib in rss.items():
-        print(f"  VmRSS {phase:<11} {kib / 1024:7.1f} MiB")
+        print(f"  VmRSS {phase:<24} {kib / 1024:7.1f} MiB")
     cached = rss["reconciled"] - rss["imports"]
     print(f"  above the imports: {cached / 1024:.1f} MiB, {cached / max(pods, 1):.2f} KiB per worker pod")
     print(f"  reconciles: {out['reconciles']}; writes attempted: {out['writes_attempted']}")
