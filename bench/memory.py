@@ -5,12 +5,14 @@ What it builds is the operator's own: the controller, cache, informers, executor
 `mpijob.runtime.operator.run`, fed through the informers' real paths (a paged list decoded from JSON bytes
 and slimmed, then one watch event per object read from a byte stream, as the API server sends them), then one
 reconcile of every job (the planner on the cache; expectations and metric stamps as a reconcile leaves them).
-Only the API server is a stand-in, answering the lists and watches from bodies made as the operator makes
-them: one elastic job (examples/elastic-horovod.yaml at 8 workers) settled by the planner against the unit
-tests' in-memory world (tests/unit/world.py: the planner's own pods, ConfigMap, launcher Job, Service, PDB,
-RBAC, status), given what the API server and the kubelet add (uids, managedFields, defaulted pod specs,
-pod status with five conditions and container statuses, the launcher pod), then copied N times with its
-names, uids and addresses changed. Workers of every job are spread over 8 nodes, as bench/scale.py does.
+Only the API server is a stand-in, answering the lists and watches from files of bodies (written first, by
+another process, so that the measured one builds nothing of its own) made as the operator makes them: one
+elastic job (examples/elastic-horovod.yaml at 8 workers) settled by the planner against the unit tests'
+in-memory world (tests/unit/world.py: the planner's own pods, ConfigMap, launcher Job, Service, PDB, RBAC,
+status), given what the API server and the kubelet add (uids, managedFields, defaulted pod specs, pod status
+with five conditions and container statuses, the launcher pod, kubectl's last-applied annotation), then
+copied N times with its names, uids and addresses changed. Workers of every job are spread over 8 nodes, as
+bench/scale.py does.
 Any write a reconcile attempts is refused and counted: the bodies are steady jobs, so a realistic body set
 plans none (the count is reported).
 
@@ -34,7 +36,6 @@ import subprocess
 import sys
 import time
 import types
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -257,30 +258,12 @@ class Bodies:
         }
 
     def job(self, i: int) -> list[dict[str, Any]]:
+        """The i-th copy: its own names, uids, addresses and resourceVersions."""
         text = self.text.replace("@IDX@", f"{i:012d}").replace("@JOB@", f"{i:05d}").replace("@NET@", str(i % 250))
         objects: list[dict[str, Any]] = json.loads(text)
         for n, obj in enumerate(objects):
             obj["metadata"]["resourceVersion"] = str(1000 + i * 100 + n)
         return objects
-
-    def positions(self) -> dict[str, list[tuple[int, int]]]:
-        """kind -> (job, position in the job's objects) of every object of that kind, in list order."""
-        out: dict[str, list[tuple[int, int]]] = {}
-        for n, obj in enumerate(self.job(0)):
-            out.setdefault(obj["kind"], []).extend((i, n) for i in range(self.jobs))
-        for kind in out:
-            out[kind].sort()
-        return out
-
-    def encoded(self, job: int, position: int) -> bytes:
-        """One object's JSON, as the API server sends it (the job's copy made once per kind and job)."""
-        import orjson
-
-        if self._made[0] != job:
-            self._made = (job, self.job(job))
-        return orjson.dumps(self._made[1][position])
-
-    _made: tuple[int, list[dict[str, Any]]] = (-1, [])
 
     def nodes_encoded(self) -> list[bytes]:
         import orjson
@@ -298,76 +281,64 @@ class Bodies:
             for name in [*self.nodes, "launcher-node"]
         ]
 
+    def write(self, where: Path, page: int) -> None:
+        """Per kind, the list pages (`KIND.START`: the page from item START, with the next page's start as its
+        continue token) and the watch stream (`KIND.events`: one MODIFIED event per object, its
+        resourceVersion moved), encoded as the API server sends them. Written before the measured process
+        starts, so that it decodes what it reads and builds nothing else."""
+        import orjson
 
-# -- the API server's side ---------------------------------------------------------------------------------
-
-
-class Listing:
-    """Answers an informer's paged lists and watch (one kind), encoding each body when it is sent."""
-
-    def __init__(self, kind: str, bodies: Bodies | None, positions: list[tuple[int, int]]) -> None:
-        self.kind = kind
-        self.bodies = bodies
-        self.positions = positions
-
-    def item(self, n: int) -> bytes:
-        if self.bodies is None:
-            return b""
-        if self.kind == "Node":
-            return self.bodies.nodes_encoded()[n]
-        return self.bodies.encoded(*self.positions[n])
-
-    def page(self, start: int, limit: int) -> bytes:
-        chunk = [self.item(n) for n in range(start, min(start + limit, len(self.positions)))]
-        more = start + limit < len(self.positions)
-        meta = '{"resourceVersion":"900000"' + (f',"continue":"{start + limit}"' if more else "") + "}"
-        return (
-            f'{{"kind":"{self.kind}List","apiVersion":"v1","metadata":{meta},"items":['.encode()
-            + b",".join(chunk)
-            + b"]}"
-        )
-
-    def events(self) -> Iterator[bytes]:
-        """One MODIFIED event per object (its resourceVersion moved), as lines of a watch stream."""
-        for n in range(len(self.positions)):
-            body = self.item(n).replace(b'"resourceVersion":"', f'"resourceVersion":"{n}9'.encode(), 1)
-            yield b'{"type":"MODIFIED","object":' + body + b"}\n"
+        encoded: dict[str, list[bytes]] = {"Node": self.nodes_encoded()}
+        for i in range(self.jobs):
+            for obj in self.job(i):
+                encoded.setdefault(obj["kind"], []).append(orjson.dumps(obj))
+        where.mkdir(parents=True, exist_ok=True)
+        for kind, items in encoded.items():
+            for start in range(0, len(items), page):
+                more = start + page < len(items)
+                meta = '{"resourceVersion":"900000"' + (f',"continue":"{start + page}"' if more else "") + "}"
+                head = f'{{"kind":"{kind}List","apiVersion":"v1","metadata":{meta},"items":['.encode()
+                (where / f"{kind}.{start}").write_bytes(head + b",".join(items[start : start + page]) + b"]}")
+            with (where / f"{kind}.events").open("wb") as events:
+                for n, item in enumerate(items):
+                    body = item.replace(b'"resourceVersion":"', f'"resourceVersion":"{n}9'.encode(), 1)
+                    events.write(b'{"type":"MODIFIED","object":' + body + b"}\n")
 
 
 class Stream:
-    """A watch response's content (what Informer._read reads)."""
+    """A watch response's content (what Informer._read reads): the file, in chunks as a socket gives them."""
 
-    def __init__(self, lines: Iterator[bytes]) -> None:
-        self.lines = lines
+    def __init__(self, path: Path) -> None:
+        self.file = path.open("rb") if path.exists() else None
 
     async def readany(self) -> bytes:
-        return b"".join(line for _, line in zip(range(64), self.lines, strict=False))
+        return self.file.read(65536) if self.file is not None else b""
 
 
 class ApiStandIn:
-    """The informers' and the executor's client: lists answered from the bodies, every write refused."""
+    """The informers' and the executor's client: lists answered from the written pages, every write refused."""
 
-    def __init__(self, listings: dict[str, Listing]) -> None:
-        self.listings = listings
+    def __init__(self, where: Path) -> None:
+        self.where = where
         self.writes: list[tuple[str, str]] = []
         self.requests = 0
 
-    def listing(self, path: str) -> Listing:
+    @staticmethod
+    def kind(path: str) -> str:
         from mpijob.runtime.kinds import watched
 
-        for w in watched():
-            if w.path == path:
-                return self.listings.get(w.kind) or Listing(w.kind, None, [])
-        raise KeyError(path)
+        return next(w.kind for w in watched() if w.path == path)
 
     async def request(self, method: str, path: str, query: Any = None, **_: Any) -> Any:
-        from mpijob.runtime.informer import loads
+        from mpijob.runtime.informer import PAGE, loads
 
         self.requests += 1
         if method != "GET":
             return await self._refuse(method, path)
         asked = dict(query or [])
-        return loads(self.listing(path).page(int(asked.get("continue") or 0), int(asked.get("limit") or 500)))
+        assert int(asked.get("limit") or 0) == PAGE, "pages written for another page size"
+        page = self.where / f"{self.kind(path)}.{asked.get('continue') or 0}"
+        return loads(page.read_bytes() if page.exists() else b'{"metadata":{"resourceVersion":"1"},"items":[]}')
 
     async def _refuse(self, method: str, path: str) -> Any:
         from mpijob.executor.client import ApiError
@@ -391,7 +362,7 @@ class ApiStandIn:
 # -- one run -----------------------------------------------------------------------------------------------
 
 
-async def _fill(bodies: Bodies, phases: dict[str, int]) -> dict[str, Any]:
+async def _fill(where: Path, phases: dict[str, int]) -> dict[str, Any]:
     from datetime import UTC, datetime
 
     from prometheus_client import generate_latest
@@ -400,9 +371,7 @@ async def _fill(bodies: Bodies, phases: dict[str, int]) -> dict[str, Any]:
     from mpijob.runtime import informer
     from mpijob.runtime.metrics import InstrumentedController, InstrumentedExecutor, Metrics
 
-    listings = {kind: Listing(kind, bodies, at) for kind, at in bodies.positions().items()}
-    listings["Node"] = Listing("Node", bodies, [(0, n) for n in range(len(bodies.nodes) + 1)])
-    api = ApiStandIn(listings)
+    api = ApiStandIn(where)
     config = OperatorConfig()
     metrics = Metrics()
     executor = InstrumentedExecutor(api, metrics=metrics, config=config)  # type: ignore[arg-type]
@@ -421,7 +390,7 @@ async def _fill(bodies: Bodies, phases: dict[str, int]) -> dict[str, Any]:
     gc.collect()
     phases["listed"] = rss_kib()
     for i in watches:
-        await i._read(Stream(api.listing(i.path).events()))  # type: ignore[arg-type]
+        await i._read(Stream(where / f"{i.watched.kind}.events"))  # type: ignore[arg-type]
     gc.collect()
     phases["watched"] = rss_kib()
     outcomes: dict[str, int] = {}
@@ -432,7 +401,6 @@ async def _fill(bodies: Bodies, phases: dict[str, int]) -> dict[str, Any]:
         except Exception as err:  # a refused write
             outcomes[type(err).__name__] = outcomes.get(type(err).__name__, 0) + 1
     generate_latest(metrics.registry)  # a scrape: the collectors walk the cache
-    del api.listings
     gc.collect()
     phases["reconciled"] = rss_kib()
     return {"controller": controller, "metrics": metrics, "api": api, "outcomes": outcomes}
@@ -472,22 +440,20 @@ def structures(state: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def run_one(jobs: int, trace: bool, page: int | None) -> dict[str, Any]:
+def run_one(jobs: int, trace: bool, page: int, where: Path) -> dict[str, Any]:
     phases: dict[str, int] = {"python": rss_kib()}
     import mpijob.runtime.operator  # noqa: F401  (what `mpijob operator` imports)
     from mpijob.runtime import informer
 
-    if page is not None:
-        informer.PAGE = page
+    informer.PAGE = page
 
     phases["imports"] = rss_kib()
-    bodies = Bodies(jobs)  # the template and the unit tests' world: ~1 MiB, kept, counted with the cache
     if trace:
         import tracemalloc
 
         tracemalloc.start(4)
     started = time.perf_counter()
-    state = asyncio.run(_fill(bodies, phases))
+    state = asyncio.run(_fill(where, phases))
     result: dict[str, Any] = {
         "jobs": jobs,
         "page": informer.PAGE,
@@ -519,15 +485,24 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, nargs="*", default=[250, 1250])
     parser.add_argument("--trace", action="store_true", help="tracemalloc sites and structure sizes (slower)")
     parser.add_argument("--page", type=int, help="list page size (default: the informer's)")
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/mpijob-memory-bench"), help="where bodies are written")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.page is None:
+        from mpijob.runtime.informer import PAGE
+
+        args.page = PAGE
     if args.one:
-        print(json.dumps(run_one(args.jobs[0], args.trace, args.page)))
+        print(json.dumps(run_one(args.jobs[0], args.trace, args.page, args.dir)))
         return 0
     for jobs in args.jobs:
-        cmd = [sys.executable, __file__, "--one", "--jobs", str(jobs)] + (["--trace"] if args.trace else [])
-        cmd += ["--page", str(args.page)] if args.page else []
-        out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        where = args.dir / f"{jobs}x{WORKERS}-page{args.page}"
+        if not (where / "Pod.events").exists():
+            Bodies(jobs).write(where, args.page)
+        cmd = [sys.executable, __file__, "--one", "--jobs", str(jobs), "--page", str(args.page), "--dir", str(where)]
+        out = json.loads(
+            subprocess.run(cmd + (["--trace"] if args.trace else []), check=True, capture_output=True, text=True).stdout
+        )
         report(out)
     return 0
 
