@@ -1,8 +1,7 @@
 """What the cache keeps costs less memory and decides the same (issue 20, bench/memory.py): a list holds one
 decoded page at a time; an owned ConfigMap's script and hostfile are kept as digests, which compare as the
 texts would, so the planner's ConfigMap writes are the same on the slimmed object as on the full one; an
-MPIJob's cached copy drops kubectl's last-applied manifest and nothing else; the other stores keep JSON text,
-decoded on each read, and give back exactly what was put."""
+MPIJob's cached copy drops kubectl's last-applied manifest and nothing else."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ from mpijob.api import constants as c
 from mpijob.planner.actions import Patch
 from mpijob.planner.plan import plan
 from mpijob.runtime import slim
-from mpijob.runtime.cache import Cache, Packed
 from mpijob.runtime.informer import Informer
 from mpijob.runtime.kinds import BY_KIND
 from mpijob.runtime.slim import Digest
@@ -153,35 +151,3 @@ def test_the_cached_mpijob_drops_kubectls_last_applied_manifest_and_keeps_every_
     assert {k: v for k, v in kept.items() if k != "metadata"} == {k: v for k, v in job.items() if k != "metadata"}
     # The object as received is left as it was (the informer may still hold it).
     assert "kubectl.kubernetes.io/last-applied-configuration" in job["metadata"]["annotations"]
-
-
-_JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=20,
-)
-
-
-@given(st.dictionaries(st.text(max_size=8), _JSON, max_size=5))
-def test_a_packed_store_gives_back_what_was_put_even_what_orjson_refuses(obj: Obj) -> None:
-    store = Packed()
-    store[("ns", "a")] = obj
-    assert store[("ns", "a")] == obj and store.get(("ns", "a")) == obj
-    assert store.get(("ns", "b")) is None and ("ns", "a") in store and list(store) == [("ns", "a")]
-
-
-def test_a_packed_store_hands_out_copies_that_cannot_change_the_cache() -> None:
-    store = Packed()
-    pod = {"metadata": {"name": "w\ud800", "labels": {"a": "1"}}, "status": {"big": 2**65}}
-    store["w"] = pod
-    got = store["w"]
-    got["metadata"]["labels"]["a"] = "changed"
-    pod["status"]["big"] = 0  # nor can the writer, after the fact
-    assert store["w"] == {"metadata": {"name": "w\ud800", "labels": {"a": "1"}}, "status": {"big": 2**65}}
-    del store["w"]
-    assert len(store) == 0 and store.get("w") is None
-
-
-def test_the_cache_packs_every_store_but_the_config_maps_and_nodes() -> None:
-    cache = Cache()
-    assert {name for name, store in cache.indexes.items() if not isinstance(store, Packed)} == {"configmaps", "nodes"}

@@ -4,12 +4,9 @@ planner needs (by controller uid, by node)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any
-
-import orjson
 
 from mpijob.api import constants as c
 from mpijob.api.objects import Obj
@@ -35,55 +32,6 @@ def _controller_uid(obj: Obj) -> str | None:
         if ref.get("controller"):
             return str(ref.get("uid"))
     return None
-
-
-def _pack(obj: Obj) -> bytes | str:
-    """orjson's bytes; what orjson refuses (a lone surrogate, an integer over 64 bits) as the standard
-    library's text, which only the standard library decodes back exactly (orjson reads such an integer as a
-    float)."""
-    try:
-        return orjson.dumps(obj)
-    except TypeError:
-        return json.dumps(obj)
-
-
-def _unpack(data: bytes | str) -> Obj:
-    found: Obj = json.loads(data) if type(data) is str else orjson.loads(data)
-    return found
-
-
-class Packed(MutableMapping[Any, Obj]):
-    """A store that keeps each (slimmed) object as its JSON text and decodes it on every read. A tree of small
-    Python dicts and strings takes 4-6x the memory of its JSON (a cached pod ~2.3 KiB against ~0.6 KiB: the
-    largest share of the operator's memory at scale, bench/memory.py), and decoding one is a few
-    microseconds. Every read returns a fresh copy, so no reader can change the cache by editing what it got."""
-
-    __slots__ = ("_data",)
-
-    def __init__(self) -> None:
-        self._data: dict[Any, bytes | str] = {}
-
-    def __getitem__(self, key: Any) -> Obj:
-        return _unpack(self._data[key])
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        data = self._data.get(key)
-        return default if data is None else _unpack(data)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._data
-
-    def __setitem__(self, key: Any, obj: Obj) -> None:
-        self._data[key] = _pack(obj)
-
-    def __delitem__(self, key: Any) -> None:
-        del self._data[key]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
 
 
 class _NamespacePods(Mapping[str, Obj]):
@@ -139,15 +87,10 @@ class Cache:
         "nodes",
     )
 
-    # Stores kept as plain dicts: ConfigMaps hold digests (runtime/slim.py), which are no JSON; nodes are few.
-    UNPACKED = ("configmaps", "nodes")
-
     def __init__(self, extra: tuple[str, ...] = ()) -> None:
         # Optional indexes (e.g. "podgroups", only with --gang-scheduling: their CRD may not exist).
         self.required = self.INDEXES + extra
-        self.indexes: dict[str, MutableMapping[Any, Obj]] = {
-            name: {} if name in self.UNPACKED else Packed() for name in self.required
-        }
+        self.indexes: dict[str, dict[Any, Obj]] = {name: {} for name in self.required}
         # Whether every store has had its first list (the controller clears it until the informers have).
         self.ready = True
         # Kinds listed at least once (a later list that lacks an object found a ghost).

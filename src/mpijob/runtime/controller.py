@@ -262,8 +262,7 @@ class Controller:
         watch ran (it is delivered as a deletion); what is new or changed, as an event."""
         store = self.cache.indexes[w.index]
         relist = w.kind in self.cache.listed
-        # By key first: a packed store (runtime/cache.py) decodes only the objects that went.
-        gone = [store[k] for k in store if k not in items and (namespace is None or k[0] == namespace)]
+        gone = [obj for k, obj in store.items() if k not in items and (namespace is None or k[0] == namespace)]
         for obj in gone:
             if relist:
                 self.stats.ghosts += 1
