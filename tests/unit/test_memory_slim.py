@@ -11,6 +11,7 @@ import gc
 import weakref
 from typing import Any
 
+import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -151,3 +152,13 @@ def test_the_cached_mpijob_drops_kubectls_last_applied_manifest_and_keeps_every_
     assert {k: v for k, v in kept.items() if k != "metadata"} == {k: v for k, v in job.items() if k != "metadata"}
     # The object as received is left as it was (the informer may still hold it).
     assert "kubectl.kubernetes.io/last-applied-configuration" in job["metadata"]["annotations"]
+
+
+def test_mpijobs_made_from_one_manifest_share_their_spec_strings_and_keep_their_spec() -> None:
+    # Decoded separately, as two watch events are: equal strings, distinct objects.
+    first, second = (orjson.loads(orjson.dumps(mpijob(name, workers=2, elastic_policy=elastic(1, 4)))) for name in "ab")
+    a, b = slim.mpijob(first), slim.mpijob(second)
+
+    assert a["spec"] == first["spec"] and b["spec"] == second["spec"]
+    image = a["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]
+    assert image is b["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]

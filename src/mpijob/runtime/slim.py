@@ -9,6 +9,8 @@ from typing import Any
 
 from mpijob.api.constants import DISCOVER_HOSTS_KEY, HOSTFILE_KEY, LABEL_OPERATOR_NAME
 
+# Longer strings are rarely repeated (scripts, messages): not worth a place in the interned table.
+_SHARED_MAX = 256
 # Annotations of an MPIJob nobody here reads: kubectl's copy of the whole applied manifest.
 _UNREAD_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 # ConfigMap keys the planner only compares with what it would write, never reads (the generated script is
@@ -61,6 +63,18 @@ def _shared(value: Any) -> Any:
     return sys.intern(value) if type(value) is str else value
 
 
+def _shared_tree(value: Any) -> Any:
+    """A copy of a JSON tree whose short strings are shared (see _shared): an MPIJob's spec repeats its
+    template's images, commands, arguments and label values in every job made from it."""
+    if type(value) is str:
+        return sys.intern(value) if len(value) <= _SHARED_MAX else value
+    if type(value) is dict:
+        return {k: _shared_tree(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_shared_tree(v) for v in value]
+    return value
+
+
 def _shared_dict(values: Any) -> Any:
     return {k: _shared(v) for k, v in values.items()} if isinstance(values, dict) else values
 
@@ -75,8 +89,10 @@ def _meta(body: Mapping[str, Any]) -> dict[str, Any]:
     meta = body.get("metadata") or {}
     keys = _META_KEYS if _ours(body) else tuple(k for k in _META_KEYS if k != "annotations")
     out = {k: meta[k] for k in keys if k in meta}
-    if "namespace" in out:
-        out["namespace"] = _shared(out["namespace"])
+    # Timestamps too: objects made together share their creation second.
+    for key in ("namespace", "creationTimestamp", "deletionTimestamp"):
+        if key in out:
+            out[key] = _shared(out[key])
     if "labels" in out:
         out["labels"] = _shared_dict(out["labels"])
     if isinstance(out.get("ownerReferences"), list):
@@ -93,6 +109,8 @@ def mpijob(body: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(annotations, dict) and any(k in annotations for k in _UNREAD_ANNOTATIONS):
         meta["annotations"] = {k: v for k, v in annotations.items() if k not in _UNREAD_ANNOTATIONS}
     out["metadata"] = meta
+    if isinstance(body.get("spec"), dict):
+        out["spec"] = _shared_tree(body["spec"])
     return out
 
 
