@@ -162,3 +162,22 @@ def test_mpijobs_made_from_one_manifest_share_their_spec_strings_and_keep_their_
     assert a["spec"] == first["spec"] and b["spec"] == second["spec"]
     image = a["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]
     assert image is b["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]
+
+
+def test_children_of_one_owner_share_one_owner_reference_list_while_any_is_cached() -> None:
+    def pod(name: str, owner_uid: str) -> Obj:
+        ref = {"apiVersion": "v1", "kind": "MPIJob", "name": "pi", "uid": owner_uid, "controller": True}
+        return orjson.loads(orjson.dumps({"metadata": {"name": name, "namespace": "ns", "ownerReferences": [ref]}}))
+
+    a, b, other = (slim.pod(pod(n, u)) for n, u in (("a", "u1"), ("b", "u1"), ("c", "u2")))
+    refs = a["metadata"]["ownerReferences"]
+
+    assert refs is b["metadata"]["ownerReferences"] and refs is not other["metadata"]["ownerReferences"]
+    assert refs == pod("a", "u1")["metadata"]["ownerReferences"] and isinstance(refs, list)
+    assert orjson.loads(orjson.dumps(a)) == a  # the fingerprint's encoding sees a plain list
+    gone = weakref.ref(other["metadata"]["ownerReferences"])
+    del other
+    gc.collect()
+    assert gone() is None  # the table does not keep an owner no cached object names
+    odd = slim.pod({"metadata": {"name": "d", "ownerReferences": [{"uid": "u1", "extra": {"not": "hashable"}}]}})
+    assert odd["metadata"]["ownerReferences"] == [{"uid": "u1", "extra": {"not": "hashable"}}]

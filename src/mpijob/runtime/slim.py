@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -79,6 +80,30 @@ def _shared_dict(values: Any) -> Any:
     return {k: _shared(v) for k, v in values.items()} if isinstance(values, dict) else values
 
 
+class SharedRefs(list[Any]):
+    """An ownerReferences list shared by every cached object with the same owners (a job's workers, Service,
+    ConfigMap, PDB and RBAC objects: ~370 bytes each otherwise). Nothing edits a cached object in place."""
+
+    __slots__ = ("__weakref__",)
+
+
+# Owners' reference lists, as long as some cached object holds them (a weak table: it never outgrows the cache).
+_REFS: weakref.WeakValueDictionary[tuple[Any, ...], SharedRefs] = weakref.WeakValueDictionary()
+
+
+def _owner_refs(refs: list[Any]) -> list[Any]:
+    try:
+        key = tuple(tuple(sorted(ref.items())) for ref in refs)
+        hash(key)
+    except (AttributeError, TypeError):  # not the shape the API server gives: kept as it is, unshared
+        return [_shared_dict(ref) for ref in refs]
+    found = _REFS.get(key)
+    if found is None:
+        found = SharedRefs(_shared_dict(ref) for ref in refs)
+        _REFS[key] = found
+    return found
+
+
 def _ours(body: Mapping[str, Any]) -> bool:
     return ((body.get("metadata") or {}).get("labels") or {}).get(LABEL_OPERATOR_NAME) is not None
 
@@ -96,7 +121,7 @@ def _meta(body: Mapping[str, Any]) -> dict[str, Any]:
     if "labels" in out:
         out["labels"] = _shared_dict(out["labels"])
     if isinstance(out.get("ownerReferences"), list):
-        out["ownerReferences"] = [_shared_dict(ref) for ref in out["ownerReferences"]]
+        out["ownerReferences"] = _owner_refs(out["ownerReferences"])
     return out
 
 
