@@ -14,13 +14,16 @@ from typing import Any
 import orjson
 from hypothesis import given
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
 
 from mpijob.api import constants as c
 from mpijob.planner.actions import Patch
 from mpijob.planner.plan import plan
 from mpijob.runtime import slim
+from mpijob.runtime.cache import Cache
 from mpijob.runtime.informer import Informer
 from mpijob.runtime.kinds import BY_KIND
+from mpijob.runtime.metrics import _CacheCollector, _JobStateCollector
 from mpijob.runtime.slim import Digest
 
 from .builders import elastic, mpijob
@@ -181,3 +184,26 @@ def test_children_of_one_owner_share_one_owner_reference_list_while_any_is_cache
     assert gone() is None  # the table does not keep an owner no cached object names
     odd = slim.pod({"metadata": {"name": "d", "ownerReferences": [{"uid": "u1", "extra": {"not": "hashable"}}]}})
     assert odd["metadata"]["ownerReferences"] == [{"uid": "u1", "extra": {"not": "hashable"}}]
+
+
+def test_a_scrape_while_the_event_loop_changes_the_pods_store_reads_a_copy() -> None:
+    # prometheus_client serves /metrics from its own thread; the event loop may change the store between two
+    # pods the scrape reads. Here reading a pod does it, so the interleaving is certain.
+    cache = Cache()
+    pods = cache.indexes["pods"]
+
+    class Meddling(dict[str, Any]):
+        def get(self, key: str, default: Any = None) -> Any:
+            if key == "metadata":
+                pods[("ns", f"new-{len(pods)}")] = {"metadata": {}, "status": {}}
+            return super().get(key, default)
+
+    for i in range(3):
+        pods[("ns", f"p{i}")] = Meddling(metadata={"labels": {c.LABEL_JOB_ROLE: c.ROLE_WORKER}}, status={})
+    registry = CollectorRegistry()
+    registry.register(_CacheCollector(cache))
+    registry.register(_JobStateCollector(cache))
+
+    text = generate_latest(registry).decode()
+
+    assert 'mpijob_worker_pods{phase="Pending"} 3.0' in text
