@@ -161,26 +161,30 @@ class Informer:
         items: dict[Any, Obj] = {}
         token: str | None = None
         rv: str | None = None
-        slim = self.watched.slim
         while True:
             query = [("limit", str(PAGE))] + ([("continue", token)] if token else [])
-            page = await self.client.request("GET", self.path, query=query)
-            meta = page.get("metadata") or {}
-            rv = rv or meta.get("resourceVersion")
-            # Listed items lack the kind and apiVersion a watch event's object has: the same shape either way.
-            kind = str(page.get("kind") or "").removesuffix("List")
-            for item in page.get("items") or []:
-                item.setdefault("kind", kind)
-                item.setdefault("apiVersion", page.get("apiVersion"))
-                view = slim(item)
-                items[ident(self.watched, view)] = view
-            token = meta.get("continue") or None
+            # The decoded page is dropped (inside _take) before the next one is asked for: two pages of full
+            # objects at once were the operator's memory peak, and the heap keeps its peak (docs/design.md).
+            token, rv = self._take(await self.client.request("GET", self.path, query=query), rv, items)
             if not token:
                 break
         self.counters.lists += 1
         self.resource_version = str(rv)
         self.sink.replaced(self.watched, self.namespace, items)
         self.listed.set()
+
+    def _take(self, page: Any, rv: str | None, items: dict[Any, Obj]) -> tuple[str | None, str | None]:
+        """Slims a page's items into `items`; returns the continue token and the list's resourceVersion."""
+        meta = page.get("metadata") or {}
+        # Listed items lack the kind and apiVersion a watch event's object has: the same shape either way.
+        kind = str(page.get("kind") or "").removesuffix("List")
+        slim = self.watched.slim
+        for item in page.get("items") or []:
+            item.setdefault("kind", kind)
+            item.setdefault("apiVersion", page.get("apiVersion"))
+            view = slim(item)
+            items[ident(self.watched, view)] = view
+        return meta.get("continue") or None, rv or meta.get("resourceVersion")
 
     async def _watch(self, longest: int) -> None:
         query = [

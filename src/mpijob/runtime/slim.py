@@ -2,11 +2,47 @@
 
 from __future__ import annotations
 
+import hashlib
 import sys
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from mpijob.api.constants import LABEL_OPERATOR_NAME
+from mpijob.api.constants import DISCOVER_HOSTS_KEY, HOSTFILE_KEY, LABEL_OPERATOR_NAME
+
+# Longer strings are rarely repeated (scripts, messages): not worth a place in the interned table.
+_SHARED_MAX = 256
+# Annotations of an MPIJob nobody here reads: kubectl's copy of the whole applied manifest.
+_UNREAD_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+# ConfigMap keys the planner only compares with what it would write, never reads (the generated script is
+# never parsed: planner/discovery.py). The discovery list itself (discovered_hosts) is read, and kept.
+_COMPARED_ONLY = (DISCOVER_HOSTS_KEY, HOSTFILE_KEY)
+
+
+class Digest:
+    """Stands for a long text the planner only compares (`==`, `!=`) with the text it would write: equal to
+    exactly that text (BLAKE2b, 128 bits), in 80 bytes instead of the text (discover_hosts.sh is ~9 KiB per
+    job). Anything else it is compared with is unequal."""
+
+    __slots__ = ("digest", "length")
+    __hash__ = None  # type: ignore[assignment]  # equal to a str, so it cannot hash like one
+
+    def __init__(self, text: str) -> None:
+        self.length = len(text)
+        self.digest = _digest(text)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Digest):
+            return self.length == other.length and self.digest == other.digest
+        return isinstance(other, str) and len(other) == self.length and _digest(other) == self.digest
+
+    def __repr__(self) -> str:
+        return f"<digest of {self.length} characters>"
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
 
 _META_KEYS = (
     "name",
@@ -28,8 +64,44 @@ def _shared(value: Any) -> Any:
     return sys.intern(value) if type(value) is str else value
 
 
+def _shared_tree(value: Any) -> Any:
+    """A copy of a JSON tree whose short strings are shared (see _shared): an MPIJob's spec repeats its
+    template's images, commands, arguments and label values in every job made from it."""
+    if type(value) is str:
+        return sys.intern(value) if len(value) <= _SHARED_MAX else value
+    if type(value) is dict:
+        return {k: _shared_tree(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_shared_tree(v) for v in value]
+    return value
+
+
 def _shared_dict(values: Any) -> Any:
     return {k: _shared(v) for k, v in values.items()} if isinstance(values, dict) else values
+
+
+class SharedRefs(list[Any]):
+    """An ownerReferences list shared by every cached object with the same owners (a job's workers, Service,
+    ConfigMap, PDB and RBAC objects: ~370 bytes each otherwise). Nothing edits a cached object in place."""
+
+    __slots__ = ("__weakref__",)
+
+
+# Owners' reference lists, as long as some cached object holds them (a weak table: it never outgrows the cache).
+_REFS: weakref.WeakValueDictionary[tuple[Any, ...], SharedRefs] = weakref.WeakValueDictionary()
+
+
+def _owner_refs(refs: list[Any]) -> list[Any]:
+    try:
+        key = tuple(tuple(sorted(ref.items())) for ref in refs)
+        hash(key)
+    except (AttributeError, TypeError):  # not the shape the API server gives: kept as it is, unshared
+        return [_shared_dict(ref) for ref in refs]
+    found = _REFS.get(key)
+    if found is None:
+        found = SharedRefs(_shared_dict(ref) for ref in refs)
+        _REFS[key] = found
+    return found
 
 
 def _ours(body: Mapping[str, Any]) -> bool:
@@ -42,19 +114,28 @@ def _meta(body: Mapping[str, Any]) -> dict[str, Any]:
     meta = body.get("metadata") or {}
     keys = _META_KEYS if _ours(body) else tuple(k for k in _META_KEYS if k != "annotations")
     out = {k: meta[k] for k in keys if k in meta}
-    if "namespace" in out:
-        out["namespace"] = _shared(out["namespace"])
+    # Timestamps too: objects made together share their creation second.
+    for key in ("namespace", "creationTimestamp", "deletionTimestamp"):
+        if key in out:
+            out[key] = _shared(out[key])
     if "labels" in out:
         out["labels"] = _shared_dict(out["labels"])
     if isinstance(out.get("ownerReferences"), list):
-        out["ownerReferences"] = [_shared_dict(ref) for ref in out["ownerReferences"]]
+        out["ownerReferences"] = _owner_refs(out["ownerReferences"])
     return out
 
 
 def mpijob(body: Mapping[str, Any]) -> dict[str, Any]:
-    """Our own objects: everything but managedFields (often the largest part, never read)."""
+    """Our own objects: everything but managedFields (often the largest part, never read) and kubectl's
+    last-applied copy of the manifest (as large as the spec, never read)."""
     out = dict(body)
-    out["metadata"] = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict) and any(k in annotations for k in _UNREAD_ANNOTATIONS):
+        meta["annotations"] = {k: v for k, v in annotations.items() if k not in _UNREAD_ANNOTATIONS}
+    out["metadata"] = meta
+    if isinstance(body.get("spec"), dict):
+        out["spec"] = _shared_tree(body["spec"])
     return out
 
 
@@ -113,4 +194,10 @@ def owned_object(body: Mapping[str, Any], kind: str) -> dict[str, Any]:
         for key in ("spec", "data", "rules", "subjects", "roleRef"):
             if key in body:
                 out[key] = body[key]
+        if kind == "ConfigMap" and isinstance(out.get("data"), dict):
+            out["data"] = _compared_only(out["data"])
     return out
+
+
+def _compared_only(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: Digest(v) if k in _COMPARED_ONLY and type(v) is str else v for k, v in data.items()}

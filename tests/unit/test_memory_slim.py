@@ -1,0 +1,209 @@
+"""What the cache keeps costs less memory and decides the same (issue 20, bench/memory.py): a list holds one
+decoded page at a time; an owned ConfigMap's script and hostfile are kept as digests, which compare as the
+texts would, so the planner's ConfigMap writes are the same on the slimmed object as on the full one; an
+MPIJob's cached copy drops kubectl's last-applied manifest and nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import gc
+import weakref
+from typing import Any
+
+import orjson
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
+
+from mpijob.api import constants as c
+from mpijob.planner.actions import Patch
+from mpijob.planner.plan import plan
+from mpijob.runtime import slim
+from mpijob.runtime.cache import Cache
+from mpijob.runtime.informer import Informer
+from mpijob.runtime.kinds import BY_KIND
+from mpijob.runtime.metrics import _CacheCollector, _JobStateCollector
+from mpijob.runtime.slim import Digest
+
+from .builders import elastic, mpijob
+from .world import World
+
+Obj = dict[str, Any]
+
+
+class _Page(dict[str, Any]):
+    """A decoded page that can be watched for being freed (a plain dict cannot be weakly referenced)."""
+
+
+def test_a_list_holds_one_decoded_page_at_a_time() -> None:
+    pages = [
+        _Page(
+            metadata={"resourceVersion": "9", **({"continue": str(n + 1)} if n < 2 else {})},
+            items=[{"metadata": {"name": f"p{n}-{i}", "namespace": "ns", "uid": f"u{n}-{i}"}} for i in range(3)],
+        )
+        for n in range(3)
+    ]
+    alive_when_asked: list[bool] = []
+    previous: list[weakref.ref[_Page]] = []
+
+    class Server:
+        async def request(self, method: str, path: str, query: Any = None, **_: Any) -> Any:
+            gc.collect()
+            alive_when_asked.append(bool(previous) and previous[-1]() is not None)
+            page = pages.pop(0)
+            previous.append(weakref.ref(page))
+            return page
+
+    listed: list[dict[Any, Obj]] = []
+
+    class Sink:
+        def replaced(self, watched: Any, namespace: str | None, items: dict[Any, Obj]) -> None:
+            listed.append(items)
+
+        def observed(self, watched: Any, type: str, obj: Obj) -> None:
+            pass
+
+    informer = Informer(BY_KIND["Pod"], "/api/v1/pods", Server(), Sink())  # type: ignore[arg-type]
+    asyncio.run(informer._list())
+
+    assert alive_when_asked == [False, False, False]
+    assert sorted(k[1] for k in listed[0]) == sorted(f"p{n}-{i}" for n in range(3) for i in range(3))
+    assert informer.resource_version == "9"
+
+
+@given(st.text(max_size=300), st.text(max_size=300))
+def test_a_digest_equals_exactly_its_text(a: str, b: str) -> None:
+    assert (Digest(a) == b) is (a == b)
+    assert (b == Digest(a)) is (a == b)
+    assert (Digest(a) != b) is (a != b)
+    assert Digest(a) == a and Digest(a) == Digest(a)
+    assert Digest(a) != None  # noqa: E711  (a ConfigMap key may be compared with a missing one)
+
+
+def _settled_job() -> World:
+    world = World(placement=["node-1", "node-2"])
+    world.add_nodes("node-1", "node-2")
+    world.add(mpijob(workers=4, elastic_policy=elastic(2, 8)))
+    world.settle("pi")
+    world.start_launcher("pi")
+    world.settle("pi")
+    return world
+
+
+def _config_map_writes(world: World, config_map: Obj) -> list[Any]:
+    snapshot = world.snapshot("pi")
+    snapshot = type(snapshot)(**{**vars(snapshot), "config_map": config_map})
+    return [a for a in plan(snapshot) if isinstance(a, Patch) and a.kind == "ConfigMap"]
+
+
+def test_the_cached_config_map_keeps_the_discovery_list_and_digests_of_what_is_only_compared() -> None:
+    world = _settled_job()
+    full = world.get("ConfigMap", c.config_map_name("pi"))
+    assert full is not None
+    kept = slim.owned_object(full, "ConfigMap")
+
+    assert kept["data"][c.DISCOVERED_HOSTS_KEY] == full["data"][c.DISCOVERED_HOSTS_KEY]
+    assert type(kept["data"][c.DISCOVERED_HOSTS_KEY]) is str  # parsed by the planner
+    for key in (c.DISCOVER_HOSTS_KEY, c.HOSTFILE_KEY):
+        assert isinstance(kept["data"][key], Digest) and kept["data"][key] == full["data"][key]
+    # Not ours: no contents at all, as before.
+    foreign = copy.deepcopy(full)
+    del foreign["metadata"]["labels"][c.LABEL_OPERATOR_NAME]
+    assert "data" not in slim.owned_object(foreign, "ConfigMap")
+
+
+def test_the_planner_writes_the_same_config_map_patch_on_the_slimmed_object_as_on_the_full_one() -> None:
+    world = _settled_job()
+    name = c.config_map_name("pi")
+
+    def same_writes() -> list[Any]:
+        full = world.get("ConfigMap", name)
+        assert full is not None
+        on_full = _config_map_writes(world, full)
+        assert _config_map_writes(world, slim.owned_object(full, "ConfigMap")) == on_full
+        return on_full
+
+    assert same_writes() == []  # steady
+    cm = world.get("ConfigMap", name)
+    assert cm is not None
+    cm["data"][c.DISCOVER_HOSTS_KEY] += "# edited by hand\n"
+    cm["data"][c.HOSTFILE_KEY] = cm["data"][c.HOSTFILE_KEY].replace("slots=1", "slots=2")
+    written = same_writes()
+    assert [sorted(p.patch["data"]) for p in written] == [[c.DISCOVER_HOSTS_KEY, c.HOSTFILE_KEY]]
+    cm["data"].pop(c.HOSTFILE_KEY)
+    cm["data"]["extra"] = "x"
+    assert [sorted(p.patch["data"]) for p in same_writes()] == [[c.DISCOVER_HOSTS_KEY, "extra", c.HOSTFILE_KEY]]
+
+
+def test_the_cached_mpijob_drops_kubectls_last_applied_manifest_and_keeps_every_other_annotation() -> None:
+    job = mpijob(workers=2, elastic_policy=elastic(1, 4))
+    annotations = {
+        c.ANNOTATION_REGROW_TARGET: "4",
+        "scheduling.volcano.sh/queue-name": "q",
+        "kubectl.kubernetes.io/last-applied-configuration": '{"spec": "..."}',
+    }
+    job["metadata"]["annotations"] = dict(annotations)
+    job["metadata"]["managedFields"] = [{"manager": "kubectl"}]
+
+    kept = slim.mpijob(job)
+
+    assert kept["metadata"]["annotations"] == {
+        k: v for k, v in annotations.items() if k != "kubectl.kubernetes.io/last-applied-configuration"
+    }
+    assert "managedFields" not in kept["metadata"]
+    assert {k: v for k, v in kept.items() if k != "metadata"} == {k: v for k, v in job.items() if k != "metadata"}
+    # The object as received is left as it was (the informer may still hold it).
+    assert "kubectl.kubernetes.io/last-applied-configuration" in job["metadata"]["annotations"]
+
+
+def test_mpijobs_made_from_one_manifest_share_their_spec_strings_and_keep_their_spec() -> None:
+    # Decoded separately, as two watch events are: equal strings, distinct objects.
+    first, second = (orjson.loads(orjson.dumps(mpijob(name, workers=2, elastic_policy=elastic(1, 4)))) for name in "ab")
+    a, b = slim.mpijob(first), slim.mpijob(second)
+
+    assert a["spec"] == first["spec"] and b["spec"] == second["spec"]
+    image = a["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]
+    assert image is b["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]
+
+
+def test_children_of_one_owner_share_one_owner_reference_list_while_any_is_cached() -> None:
+    def pod(name: str, owner_uid: str) -> Obj:
+        ref = {"apiVersion": "v1", "kind": "MPIJob", "name": "pi", "uid": owner_uid, "controller": True}
+        return orjson.loads(orjson.dumps({"metadata": {"name": name, "namespace": "ns", "ownerReferences": [ref]}}))
+
+    a, b, other = (slim.pod(pod(n, u)) for n, u in (("a", "u1"), ("b", "u1"), ("c", "u2")))
+    refs = a["metadata"]["ownerReferences"]
+
+    assert refs is b["metadata"]["ownerReferences"] and refs is not other["metadata"]["ownerReferences"]
+    assert refs == pod("a", "u1")["metadata"]["ownerReferences"] and isinstance(refs, list)
+    assert orjson.loads(orjson.dumps(a)) == a  # the fingerprint's encoding sees a plain list
+    gone = weakref.ref(other["metadata"]["ownerReferences"])
+    del other
+    gc.collect()
+    assert gone() is None  # the table does not keep an owner no cached object names
+    odd = slim.pod({"metadata": {"name": "d", "ownerReferences": [{"uid": "u1", "extra": {"not": "hashable"}}]}})
+    assert odd["metadata"]["ownerReferences"] == [{"uid": "u1", "extra": {"not": "hashable"}}]
+
+
+def test_a_scrape_while_the_event_loop_changes_the_pods_store_reads_a_copy() -> None:
+    # prometheus_client serves /metrics from its own thread; the event loop may change the store between two
+    # pods the scrape reads. Here reading a pod does it, so the interleaving is certain.
+    cache = Cache()
+    pods = cache.indexes["pods"]
+
+    class Meddling(dict[str, Any]):
+        def get(self, key: str, default: Any = None) -> Any:
+            if key == "metadata":
+                pods[("ns", f"new-{len(pods)}")] = {"metadata": {}, "status": {}}
+            return super().get(key, default)
+
+    for i in range(3):
+        pods[("ns", f"p{i}")] = Meddling(metadata={"labels": {c.LABEL_JOB_ROLE: c.ROLE_WORKER}}, status={})
+    registry = CollectorRegistry()
+    registry.register(_CacheCollector(cache))
+    registry.register(_JobStateCollector(cache))
+
+    text = generate_latest(registry).decode()
+
+    assert 'mpijob_worker_pods{phase="Pending"} 3.0' in text
