@@ -275,12 +275,7 @@ def _config() -> Any:
 
 def drain(controller: Controller) -> set[tuple[str, str]]:
     """Every key queued so far (the queue is emptied)."""
-    keys = set()
-    while len(controller.queue):
-        key = controller.queue._queue.get_nowait()
-        controller.queue._dirty.discard(key)
-        keys.add(key)
-    return keys  # type: ignore[return-value]
+    return set(controller.queue.take_pending())  # type: ignore[arg-type]
 
 
 async def _async(value: bool) -> bool:

@@ -113,3 +113,19 @@ def test_every_added_key_is_taken_once_and_never_twice_at_once(ops: list[tuple[s
         assert drained == pending
 
     asyncio.run(scenario())
+
+
+def test_take_pending_empties_both_lanes_and_leaves_a_running_pass_alone() -> None:
+    async def scenario() -> None:
+        queue = WorkQueue(later_limit=1)
+        queue.add("running")
+        assert await _take(queue) == "running"
+        queue.add("a")
+        queue.add_later("b")
+        queue.add("running")  # added while it runs: queued again when done, not before
+        assert sorted(map(str, queue.take_pending())) == ["a", "b"]
+        assert len(queue) == 1
+        queue.done("running")
+        assert await _take(queue) == "running"
+
+    asyncio.run(scenario())

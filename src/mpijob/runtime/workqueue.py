@@ -97,6 +97,16 @@ class WorkQueue:
     def forget(self, key: Hashable) -> None:
         self._failures.pop(key, None)
 
+    def take_pending(self) -> list[Hashable]:
+        """Every queued key of both lanes, removed from the queue without a pass (tests read what a burst of
+        events queued this way)."""
+        keys = [*self._ready, *self._later]
+        self._ready.clear()
+        self._later.clear()
+        for key in keys:
+            self._dirty.pop(key, None)
+        return keys
+
     def _later_may_run(self) -> bool:
         return bool(self._later) and (self.later_limit is None or len(self._later_running) < self.later_limit)
 
