@@ -210,9 +210,6 @@ class UrgentLane:
     def __init__(self, client: Client) -> None:
         self.client = client
 
-    async def get(self, path: str) -> Any:
-        return await self.client.request("GET", path, urgent=True)
-
     async def create(self, path: str, obj: Any) -> Any:
         return await self.client.request("POST", path, obj, urgent=True)
 
