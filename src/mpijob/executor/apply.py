@@ -14,12 +14,11 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-import aiohttp
-
 from mpijob.api.constants import EVENT_SOURCE
 from mpijob.api.models import API_VERSION
 from mpijob.api.objects import controller_uid
 from mpijob.executor.client import ApiError, Client
+from mpijob.executor.events import POST_ERRORS, EventPoster
 from mpijob.executor.resources import collection_path, object_path
 from mpijob.executor.sshkeys import ssh_key_pair
 from mpijob.planner.actions import (
@@ -112,8 +111,12 @@ class _Batch:
 
 
 class Executor:
-    def __init__(self, client: Client, *, post_events: bool = True, urgent: Any = None) -> None:
+    def __init__(
+        self, client: Client, *, post_events: bool = True, urgent: Any = None, events: EventPoster | None = None
+    ) -> None:
         self.client = client
+        # Posts Events off the reconcile path (the operator's); None: each Event is awaited in its reconcile.
+        self.events = events
         # Where Plan.leave_discovery's writes go (`client.UrgentLane`); the client itself when not given.
         self.urgent: Any = urgent if urgent is not None else client
         self.post_events = post_events
@@ -336,9 +339,13 @@ class Executor:
             "lastTimestamp": now,
             "count": 1,
         }
+        path = collection_path("v1", "Event", namespace)
+        if self.events is not None:
+            await self.events.post(path, body, str(meta.get("uid")))
+            return
         try:
-            await self.client.create(collection_path("v1", "Event", namespace), body)
-        except (ApiError, TimeoutError, aiohttp.ClientError, OSError) as err:
+            await self.client.create(path, body)
+        except POST_ERRORS as err:
             # An Event is best effort: never fail a reconcile on it. A timeout or a dropped connection too: the
             # writes it announces are done, and failing here would back the job off for nothing.
             log.warning("could not post event %s: %s", event.reason, err or type(err).__name__)

@@ -9,6 +9,8 @@ for the rest, like the reference operator's two clients), and a third for the ur
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import json
 import time
 from collections.abc import Callable
@@ -39,28 +41,67 @@ class ApiError(Exception):
         self.body = body
 
 
+# Priorities of a request in its token bucket: waiters are served lowest first, in arrival order within one.
+NORMAL = 0
+# Events: under a saturated budget they wait for the creates, patches and deletes that do the work (the
+# reference's Events share its budget too, in client-go's broadcaster, off its sync loop).
+LOW = 1
+
+
 class TokenBucket:
-    """Allows `burst` requests at once and `qps` per second on average."""
+    """Allows `burst` requests at once and `qps` per second on average. When requests wait for a token, the
+    one of the lowest priority number goes first (FIFO within a priority), so a low-priority request waits
+    only while the budget is spent."""
 
     def __init__(self, qps: float, burst: int) -> None:
         self.qps = qps
         self.capacity = float(max(1, burst))
         self.tokens = self.capacity
         self.stamp = time.monotonic()
-        self.lock = asyncio.Lock()
+        self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._arrivals = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
 
-    async def take(self) -> None:
+    def _refill(self) -> None:
+        now = time.monotonic()
+        self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.qps)
+        self.stamp = now
+
+    async def take(self, priority: int = NORMAL) -> None:
         if self.qps <= 0:
             return
-        async with self.lock:
-            while True:
-                now = time.monotonic()
-                self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.qps)
-                self.stamp = now
-                if self.tokens >= 1:
-                    self.tokens -= 1
-                    return
-                await asyncio.sleep((1 - self.tokens) / self.qps)
+        self._refill()
+        if not self._waiting and self.tokens >= 1:
+            self.tokens -= 1
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (priority, next(self._arrivals), future))
+        self._arm()
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                # Handed a token as it was cancelled: give it back to the next waiter.
+                self.tokens += 1
+                self._dispatch()
+            raise
+
+    def _arm(self) -> None:
+        if self._timer is None and self._waiting:
+            delay = max(0.0, (1 - self.tokens) / self.qps)
+            self._timer = asyncio.get_running_loop().call_later(delay, self._dispatch)
+
+    def _dispatch(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._refill()
+        while self._waiting and self.tokens >= 1:
+            _, _, future = heapq.heappop(self._waiting)
+            if not future.done():  # a cancelled waiter leaves its place
+                future.set_result(None)
+                self.tokens -= 1
+        self._arm()
 
 
 class ServerClock:
@@ -131,12 +172,13 @@ class Client:
         accept: str = "application/json",
         *,
         urgent: bool = False,
+        priority: int = NORMAL,
     ) -> Any:
         if urgent:
             bucket = self.urgent_bucket
         else:
             bucket = self.mpijob_bucket if path.startswith("/apis/kubeflow.org/") else self.bucket
-        await bucket.take()
+        await bucket.take(priority)
         self.requests += 1
         try:
             response = await self.api.call_api(
@@ -189,8 +231,8 @@ class Client:
     async def get(self, path: str) -> Any:
         return await self.request("GET", path)
 
-    async def create(self, path: str, obj: Any) -> Any:
-        return await self.request("POST", path, obj)
+    async def create(self, path: str, obj: Any, *, priority: int = NORMAL) -> Any:
+        return await self.request("POST", path, obj, priority=priority)
 
     async def merge_patch(self, path: str, patch: Any) -> Any:
         return await self.request("PATCH", path, patch, content_type="application/merge-patch+json")

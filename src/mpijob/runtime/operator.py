@@ -19,12 +19,16 @@ from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
 from mpijob.executor.client import ApiError, Client, UrgentLane
+from mpijob.executor.events import EventPoster
 from mpijob.executor.kubeconfig import load_api_client
 from mpijob.planner import podgroups
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import informer
 from mpijob.runtime.controller import Controller
 from mpijob.runtime.metrics import InstrumentedController, InstrumentedExecutor, Metrics
+
+# How long a stopping operator waits for its Events still in flight (then drops them: best effort).
+EVENT_DRAIN_SECONDS = 5.0
 
 log = logging.getLogger("mpijob.operator")
 
@@ -92,7 +96,8 @@ async def run(
         await _check_pod_group_crd(client, config.gang_scheduler)
     metrics = Metrics()
     client.on_response = metrics.api_response
-    executor = InstrumentedExecutor(client, metrics=metrics, config=config, urgent=UrgentLane(client))
+    events = EventPoster(client)
+    executor = InstrumentedExecutor(client, metrics=metrics, config=config, urgent=UrgentLane(client), events=events)
     controller = InstrumentedController(
         executor,
         config,
@@ -140,13 +145,8 @@ async def run(
     else:
         controller.leading.set()
     tasks.append(asyncio.create_task(controller.run_reconcilers(), name="reconcilers"))
-    log.info(
-        "operator started: namespaces=%s reconcilers=%d qps=%s burst=%d",
-        options.namespaces or "all",
-        options.reconcilers,
-        options.qps,
-        options.burst,
-    )
+    started_as = (options.namespaces or "all", options.reconcilers, options.qps, options.burst)
+    log.info("operator started: namespaces=%s reconcilers=%d qps=%s burst=%d", *started_as)
     try:
         await stop.wait()
     finally:
@@ -156,6 +156,7 @@ async def run(
         if health is not None:
             await health.cleanup()
         controller.queue.shutdown()
+        await events.drain(EVENT_DRAIN_SECONDS)
         await api.close()
     return controller
 
