@@ -36,7 +36,7 @@ def test_a_reconcile_does_not_wait_for_its_events_and_they_are_posted_at_low_pri
     async def main() -> tuple[list[tuple[str, int]], int]:
         client = SlowClient()
         poster = EventPoster(client)
-        executor = Executor(client, events=poster)  # type: ignore[arg-type]
+        executor = Executor(client, events=poster)  # type: ignore[arg-type]  # a fake client
         await asyncio.wait_for(executor.apply(_job(), [Emit("Normal", "MPIJobCreated", "created")]), 1)
         pending = len(poster.pending)
         client.release.set()

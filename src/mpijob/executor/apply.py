@@ -17,7 +17,7 @@ from typing import Any
 from mpijob.api.constants import EVENT_SOURCE
 from mpijob.api.models import API_VERSION
 from mpijob.api.objects import controller_uid
-from mpijob.executor.client import ApiError, Client
+from mpijob.executor.client import ApiError, Client, Writer
 from mpijob.executor.events import POST_ERRORS, EventPoster
 from mpijob.executor.resources import collection_path, object_path
 from mpijob.executor.sshkeys import ssh_key_pair
@@ -112,13 +112,18 @@ class _Batch:
 
 class Executor:
     def __init__(
-        self, client: Client, *, post_events: bool = True, urgent: Any = None, events: EventPoster | None = None
+        self,
+        client: Client,
+        *,
+        post_events: bool = True,
+        urgent: Writer | None = None,
+        events: EventPoster | None = None,
     ) -> None:
         self.client = client
         # Posts Events off the reconcile path (the operator's); None: each Event is awaited in its reconcile.
         self.events = events
         # Where Plan.leave_discovery's writes go (`client.UrgentLane`); the client itself when not given.
-        self.urgent: Any = urgent if urgent is not None else client
+        self.urgent: Writer = urgent if urgent is not None else client
         self.post_events = post_events
         # Checked before every write (leader election sets it): a leader that lost its lease mid-batch stops
         # at the next write, not at the next job.
@@ -172,7 +177,7 @@ class Executor:
         """A create, patch or delete; its Events are announced only when it really happened. True when the
         batch stops here (an exclusive create found the name taken)."""
         outcome = batch.outcome
-        client = self.urgent if id(action) in batch.urgent else self.client
+        client: Writer = self.urgent if id(action) in batch.urgent else self.client
         if isinstance(action, Create) and action.exclusive:
             key = (str(action.obj["kind"]), str(action.obj["metadata"]["name"]))
             outcome.created[key] = uid = await self._create_exclusive(batch.namespace, action)
@@ -241,7 +246,7 @@ class Executor:
             raise
         return False
 
-    async def _create(self, client: Any, namespace: str, action: Create) -> bool:
+    async def _create(self, client: Writer, namespace: str, action: Create) -> bool:
         obj = action.obj
         if action.generate_ssh_keys:
             obj = {**obj, "data": ssh_key_pair()}  # a shallow copy: the action itself stays as planned
@@ -286,7 +291,7 @@ class Executor:
         log.info("%s %s/%s already existed and is this job's own: adopted", obj["kind"], namespace, meta.get("name"))
         return str(meta["uid"])
 
-    async def _patch(self, client: Any, namespace: str, action: Patch, made: Any) -> Any:
+    async def _patch(self, client: Writer, namespace: str, action: Patch, made: Any) -> Any:
         """`made`: the resourceVersion an earlier write of this batch made of the object, if any."""
         patch = action.patch
         rv = action.resource_version
@@ -298,7 +303,7 @@ class Executor:
         path = object_path(action.api_version, action.kind, namespace, action.name, action.subresource)
         return await client.merge_patch(path, patch)
 
-    async def _delete(self, client: Any, namespace: str, action: Delete) -> bool:
+    async def _delete(self, client: Writer, namespace: str, action: Delete) -> bool:
         options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if action.uid:
             options["preconditions"] = {"uid": action.uid}

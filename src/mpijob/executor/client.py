@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -239,6 +239,16 @@ class Client:
 
     async def delete(self, path: str, options: Any = None) -> Any:
         return await self.request("DELETE", path, options)
+
+
+class Writer(Protocol):
+    """What the executor writes through: the client itself, or its urgent lane."""
+
+    async def create(self, path: str, obj: Any) -> Any: ...
+
+    async def merge_patch(self, path: str, patch: Any) -> Any: ...
+
+    async def delete(self, path: str, options: Any = None) -> Any: ...
 
 
 class UrgentLane:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -29,8 +29,12 @@ log = logging.getLogger("mpijob.executor")
 POST_ERRORS = (ApiError, TimeoutError, aiohttp.ClientError, OSError)
 
 
+class Creator(Protocol):
+    async def create(self, path: str, obj: Any, *, priority: int = ...) -> Any: ...
+
+
 class EventPoster:
-    def __init__(self, client: Any, limit: int = 1000) -> None:
+    def __init__(self, client: Creator, limit: int = 1000) -> None:
         self.client = client
         self.limit = limit
         self.pending: set[asyncio.Task[None]] = set()
