@@ -46,7 +46,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -541,13 +541,37 @@ async def _quiet(operator: Operator, still: float = 10.0, within: float = 900.0)
     return round(time.monotonic() - started - still, 1)
 
 
+@contextlib.contextmanager
+def _profiled(operator: Operator, args: argparse.Namespace, phase: str) -> Iterator[None]:
+    """With `--profile DIR`: py-spy (from PyPI, in this venv) samples the operator during one phase only,
+    into DIR/PHASE.txt (raw collapsed stacks; summarise with bench/profile_summary.py)."""
+    if not args.profile:
+        yield
+        return
+    out = Path(args.profile) / f"{phase}.txt"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spy = Path(sys.executable).parent / "py-spy"
+    argv = [str(spy), "record", "--pid", str(operator.pid), "--nonblocking", "--format", "raw", "--rate", "50"]
+    profiler = subprocess.Popen([*argv, "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        profiler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        try:
+            profiler.wait(30)
+        except subprocess.TimeoutExpired:
+            profiler.kill()
+
+
 async def _phases(run: Run, operator: Operator) -> None:
     await run.create_and_run(operator)
     run.out["all_running_to_operator_quiet_s"] = await _quiet(operator)
     cms = await run.stream(run.v1.list_namespaced_config_map, run.ns)
-    await run.taint(cms)
+    with _profiled(operator, run.args, "taint"):
+        await run.taint(cms)
     run.out["victims_gone_to_operator_quiet_s"] = await _quiet(operator)
-    leaving = await run.scale_in(cms)
+    with _profiled(operator, run.args, "scale-in"):
+        leaving = await run.scale_in(cms)
     await run.restart(operator, leaving)
 
 
@@ -562,6 +586,7 @@ def main() -> int:
     parser.add_argument("--dir", default=str(ROOT / ".cache" / "bench-testbed"))
     parser.add_argument("--logs", default="/tmp/mpijob-bench-scale", help="the operators' logs (kept)")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--profile", default=None, help="a directory: py-spy profiles of the taint and scale-in")
     args = parser.parse_args()
     Path(args.logs).mkdir(parents=True, exist_ok=True)
     if not 0 < args.scale_in_jobs < args.jobs:
