@@ -573,6 +573,8 @@ def main() -> int:
         help="stop after the idle measurement (e.g. --jobs 1250 --only mpijob: RSS with 10,000 worker pods cached)",
     )
     args = parser.parse_args()
+    if args.profile and not (Path(sys.executable).parent / "py-spy").exists():
+        parser.error("--profile needs py-spy in this venv: .venv/bin/pip install py-spy")
     WORK.mkdir(parents=True, exist_ok=True)
     subprocess.run(["bash", str(ROOT / "bench" / "reference" / "build.sh")], check=True, stdout=sys.stderr)
     sides = [s for s in (reference_side(), mpijob_side()) if args.only is None or s.name.startswith(args.only)]

@@ -588,6 +588,8 @@ def main() -> int:
     parser.add_argument("--json", default=None)
     parser.add_argument("--profile", default=None, help="a directory: py-spy profiles of the taint and scale-in")
     args = parser.parse_args()
+    if args.profile and not (Path(sys.executable).parent / "py-spy").exists():
+        parser.error("--profile needs py-spy in this venv: .venv/bin/pip install py-spy")
     Path(args.logs).mkdir(parents=True, exist_ok=True)
     if not 0 < args.scale_in_jobs < args.jobs:
         parser.error("--scale-in-jobs must be between 0 and --jobs")
