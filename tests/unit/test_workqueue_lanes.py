@@ -129,3 +129,54 @@ def test_take_pending_empties_both_lanes_and_leaves_a_running_pass_alone() -> No
         assert await _take(queue) == "running"
 
     asyncio.run(scenario())
+
+
+def test_a_later_pass_waiting_for_its_own_writes_event_goes_back_to_the_later_lane_when_it_comes() -> None:
+    """The rest of a deferred pass starts before the event of its urgent ConfigMap write, so it waits; that
+    event must send it back to the later lane, not to the ready lane where it would hold a worker on the
+    shared budget (what held the scale-in's median at 5.6 s, docs/results.md)."""
+
+    async def scenario() -> None:
+        queue = WorkQueue(later_limit=1)
+        queue.add_later("j")
+        assert await _take(queue) == "j"
+        assert queue.in_later_lane("j")
+        queue.add_after("j", 30.0, later=True)  # waits for its write's event
+        queue.done("j")
+        queue.add("signalled")
+        queue.add("j")  # the event
+        assert await _take(queue) == "j", "back in the later lane, which is taken first"
+        assert await _take(queue) == "signalled"
+        queue.done("j")
+        queue.done("signalled")
+        assert await _take(queue, 0.05) is None, "its timer went with the event"
+
+    asyncio.run(scenario())
+
+
+def test_a_later_pass_whose_wait_ends_without_the_event_is_taken_from_the_later_lane() -> None:
+    async def scenario() -> None:
+        queue = WorkQueue(later_limit=1)
+        queue.add_later("j")
+        assert await _take(queue) == "j"
+        queue.add_after("j", 0.01, later=True)
+        queue.done("j")
+        assert await _take(queue) == "j"
+        assert queue.in_later_lane("j")
+
+    asyncio.run(scenario())
+
+
+def test_a_ready_pass_that_waits_stays_a_ready_pass() -> None:
+    async def scenario() -> None:
+        queue = WorkQueue(later_limit=1)
+        queue.add("j")
+        assert await _take(queue) == "j"
+        assert not queue.in_later_lane("j")
+        queue.add_after("j", 30.0)
+        queue.done("j")
+        queue.add("j")
+        assert await _take(queue) == "j"
+        assert not queue.in_later_lane("j")
+
+    asyncio.run(scenario())

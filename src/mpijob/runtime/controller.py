@@ -320,6 +320,11 @@ class Controller:
             self.expectations.forget(key)
             return None
         wait = self.expectations.wait(key, job, self.cache)
+        if wait is not None and self.queue.in_later_lane(key):
+            # The rest of a deferred pass, before the event of its own urgent write: it waits for it in the
+            # later lane, which that event must not take it out of (runtime/workqueue.py).
+            self.queue.add_after(key, wait, later=True)
+            return None
         if wait is not None:
             return wait
         started = time.perf_counter()

@@ -8,7 +8,9 @@ job's urgent pass would wait behind them (a mass scale-in: each patched job wait
 them waited for tokens). So the later lane is taken first while fewer than `later_limit` of its passes run,
 and never by more: the other workers stay free for the ready lane. A key pending in the later lane stays
 there when an event adds it (its own ConfigMap write's event would, at once); that pass reads the event's
-change too."""
+change too. So does a later-lane pass that found the cache behind its own write and waits for it
+(`add_after(..., later=True)`): the event it waits for sends it back to the later lane, not to the ready one,
+where it would wait on the shared budget in a worker the next signalled job needs."""
 
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ class WorkQueue:
         # None: no limit (a queue without a worker count, in tests).
         self.later_limit = later_limit
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
+        # Keys whose timer (add_after) is for the later lane: an event for one meanwhile sends it there too.
+        self._later_timers: set[Hashable] = set()
         # add_batched's timers, apart: a pass that starts cancels them (never a requeue_after or a backoff).
         self._batches: dict[Hashable, asyncio.TimerHandle] = {}
         self._failures: dict[Hashable, int] = {}
@@ -40,6 +44,13 @@ class WorkQueue:
         return len(self._dirty)
 
     def add(self, key: Hashable) -> None:
+        if key in self._later_timers:
+            self._later_timers.discard(key)
+            timer = self._timers.pop(key, None)
+            if timer is not None:
+                timer.cancel()
+            self.add_later(key)
+            return
         if key in self._dirty:
             return
         self._dirty[key] = False
@@ -56,8 +67,11 @@ class WorkQueue:
             self._later[key] = None
             self._wakeup.set()
 
-    def add_after(self, key: Hashable, delay: float) -> None:
-        """Adds `key` after `delay` seconds; an earlier pending timer for the same key wins."""
+    def add_after(self, key: Hashable, delay: float, *, later: bool = False) -> None:
+        """Adds `key` after `delay` seconds; an earlier pending timer for the same key wins. `later`: to the
+        later lane, and so does an event for the key before then."""
+        if later:
+            self._later_timers.add(key)
         if delay <= 0:
             self.add(key)
             return
@@ -85,7 +99,11 @@ class WorkQueue:
 
     def _fire(self, key: Hashable) -> None:
         self._timers.pop(key, None)
-        self.add(key)
+        self.add(key)  # to the later lane when it waited for it (`add` reads `_later_timers`)
+
+    def in_later_lane(self, key: Hashable) -> bool:
+        """Whether the pass of `key` running now was taken from the later lane."""
+        return key in self._later_running
 
     def add_rate_limited(self, key: Hashable) -> float:
         failures = self._failures.get(key, 0)
@@ -144,4 +162,5 @@ class WorkQueue:
         for timer in (*self._timers.values(), *self._batches.values()):
             timer.cancel()
         self._timers.clear()
+        self._later_timers.clear()
         self._batches.clear()
