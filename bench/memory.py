@@ -282,9 +282,9 @@ class Bodies:
         ]
 
     def write(self, where: Path, page: int) -> None:
-        """Per kind, the list pages (`KIND.START`: the page from item START, with the next page's start as its
-        continue token) and the watch stream (`KIND.events`: one MODIFIED event per object, its
-        resourceVersion moved), encoded as the API server sends them. Written before the measured process
+        """Per kind, the list pages (`KIND.START`), the watch stream (`KIND.events`: one MODIFIED event per
+        object, its resourceVersion moved) and the relist's pages (`KIND.relist.START`: the objects as the
+        events left them), encoded as the API server sends them. Written before the measured process
         starts, so that it decodes what it reads and builds nothing else."""
         import orjson
 
@@ -294,15 +294,24 @@ class Bodies:
                 encoded.setdefault(obj["kind"], []).append(orjson.dumps(obj))
         where.mkdir(parents=True, exist_ok=True)
         for kind, items in encoded.items():
-            for start in range(0, len(items), page):
-                more = start + page < len(items)
-                meta = '{"resourceVersion":"900000"' + (f',"continue":"{start + page}"' if more else "") + "}"
-                head = f'{{"kind":"{kind}List","apiVersion":"v1","metadata":{meta},"items":['.encode()
-                (where / f"{kind}.{start}").write_bytes(head + b",".join(items[start : start + page]) + b"]}")
+            _pages(where / kind, items, page, "900000")
+            rv = b'"resourceVersion":"'
+            moved = [body.replace(rv, rv + f"{n}9".encode(), 1) for n, body in enumerate(items)]
             with (where / f"{kind}.events").open("wb") as events:
-                for n, item in enumerate(items):
-                    body = item.replace(b'"resourceVersion":"', f'"resourceVersion":"{n}9'.encode(), 1)
+                for body in moved:
                     events.write(b'{"type":"MODIFIED","object":' + body + b"}\n")
+            # The periodic relist's pages: the objects as the watch events left them (nothing changed since).
+            _pages(where / f"{kind}.relist", moved, page, "900001")
+
+
+def _pages(stem: Path, items: list[bytes], page: int, rv: str) -> None:
+    """`STEM.START`: the list page from item START, with the next page's start as its continue token."""
+    kind = stem.name.split(".")[0]
+    for start in range(0, len(items), page):
+        more = start + page < len(items)
+        meta = f'{{"resourceVersion":"{rv}"' + (f',"continue":"{start + page}"' if more else "") + "}"
+        head = f'{{"kind":"{kind}List","apiVersion":"v1","metadata":{meta},"items":['.encode()
+        stem.with_name(f"{stem.name}.{start}").write_bytes(head + b",".join(items[start : start + page]) + b"]}")
 
 
 class Stream:
@@ -322,6 +331,8 @@ class ApiStandIn:
         self.where = where
         self.writes: list[tuple[str, str]] = []
         self.requests = 0
+        # Set for the periodic relist: the pages as the watch events left the objects.
+        self.relist = False
 
     @staticmethod
     def kind(path: str) -> str:
@@ -337,7 +348,8 @@ class ApiStandIn:
             return await self._refuse(method, path)
         asked = dict(query or [])
         assert int(asked.get("limit") or 0) == PAGE, "pages written for another page size"
-        page = self.where / f"{self.kind(path)}.{asked.get('continue') or 0}"
+        stem = f"{self.kind(path)}.relist" if self.relist else self.kind(path)
+        page = self.where / f"{stem}.{asked.get('continue') or 0}"
         return loads(page.read_bytes() if page.exists() else b'{"metadata":{"resourceVersion":"1"},"items":[]}')
 
     async def _refuse(self, method: str, path: str) -> Any:
@@ -362,13 +374,13 @@ class ApiStandIn:
 # -- one run -----------------------------------------------------------------------------------------------
 
 
-async def _fill(where: Path, phases: dict[str, int]) -> dict[str, Any]:
+async def _fill(where: Path, phases: dict[str, int], heap_mode: str) -> dict[str, Any]:
     from datetime import UTC, datetime
 
     from prometheus_client import generate_latest
 
     from mpijob.planner.snapshot import OperatorConfig
-    from mpijob.runtime import informer
+    from mpijob.runtime import heap, informer
     from mpijob.runtime.metrics import InstrumentedController, InstrumentedExecutor, Metrics
 
     api = ApiStandIn(where)
@@ -382,7 +394,19 @@ async def _fill(where: Path, phases: dict[str, int]) -> dict[str, Any]:
     metrics.attach(controller)
     metrics.register(controller, config)
     controller.leading.set()
-    watches = informer.informers(controller.kinds, api, controller, [])  # type: ignore[arg-type]
+    # The heap as runtime/operator.py:run keeps it (--heap: without either part, to see what each gives).
+    if heap_mode in ("both", "mallopt"):
+        heap.configure()
+    trimmer = heap.Trimmer(trim=heap.malloc_trim if heap_mode in ("both", "trim") else lambda: None)
+    # As runtime/operator.py:run wires them.
+    watches = informer.informers(
+        controller.kinds,
+        api,  # type: ignore[arg-type]
+        controller,
+        [],
+        cached=controller.cache.get,
+        on_listed=trimmer.listed,
+    )
     for i in watches:
         await i._list()
         phases[f"list {i.watched.kind}"] = rss_kib()
@@ -393,6 +417,12 @@ async def _fill(where: Path, phases: dict[str, int]) -> dict[str, Any]:
         await i._read(Stream(where / f"{i.watched.kind}.events"))  # type: ignore[arg-type]
     gc.collect()
     phases["watched"] = rss_kib()
+    # The periodic relist (informer.RELIST, every ~5 min): every store listed again while it is full.
+    api.relist = True
+    for i in watches:
+        await i._list()
+    gc.collect()
+    phases["relisted"] = rss_kib()
     outcomes: dict[str, int] = {}
     for key in controller.cache.mpijob_keys():
         try:
@@ -401,6 +431,8 @@ async def _fill(where: Path, phases: dict[str, int]) -> dict[str, Any]:
         except Exception as err:  # a refused write
             outcomes[type(err).__name__] = outcomes.get(type(err).__name__, 0) + 1
     generate_latest(metrics.registry)  # a scrape: the collectors walk the cache
+    # The reconciles ran outside the work queue: what it does once idle after them.
+    trimmer.idle(sum(outcomes.values()))
     gc.collect()
     phases["reconciled"] = rss_kib()
     return {"controller": controller, "metrics": metrics, "api": api, "outcomes": outcomes}
@@ -440,7 +472,7 @@ def structures(state: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def run_one(jobs: int, trace: bool, page: int, where: Path) -> dict[str, Any]:
+def run_one(jobs: int, trace: bool, page: int, where: Path, heap_mode: str = "both") -> dict[str, Any]:
     phases: dict[str, int] = {"python": rss_kib()}
     import mpijob.runtime.operator  # noqa: F401  (what `mpijob operator` imports)
     from mpijob.runtime import informer
@@ -453,10 +485,11 @@ def run_one(jobs: int, trace: bool, page: int, where: Path) -> dict[str, Any]:
 
         tracemalloc.start(4)
     started = time.perf_counter()
-    state = asyncio.run(_fill(where, phases))
+    state = asyncio.run(_fill(where, phases, heap_mode))
     result: dict[str, Any] = {
         "jobs": jobs,
         "page": informer.PAGE,
+        "heap": heap_mode,
         "worker_pods": sum(
             1
             for p in state["controller"].cache.indexes["pods"].values()
@@ -486,6 +519,12 @@ def main() -> int:
     parser.add_argument("--trace", action="store_true", help="tracemalloc sites and structure sizes (slower)")
     parser.add_argument("--page", type=int, help="list page size (default: the informer's)")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/mpijob-memory-bench"), help="where bodies are written")
+    parser.add_argument(
+        "--heap",
+        choices=("both", "mallopt", "trim", "none"),
+        default="both",
+        help="the operator's heap settings (runtime/heap.py): both (as it runs), one of them, or none",
+    )
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.page is None:
@@ -493,13 +532,14 @@ def main() -> int:
 
         args.page = PAGE
     if args.one:
-        print(json.dumps(run_one(args.jobs[0], args.trace, args.page, args.dir)))
+        print(json.dumps(run_one(args.jobs[0], args.trace, args.page, args.dir, args.heap)))
         return 0
     for jobs in args.jobs:
         where = args.dir / f"{jobs}x{WORKERS}-page{args.page}"
-        if not (where / "Pod.events").exists():
+        if not (where / "Pod.relist.0").exists():
             Bodies(jobs).write(where, args.page)
         cmd = [sys.executable, __file__, "--one", "--jobs", str(jobs), "--page", str(args.page), "--dir", str(where)]
+        cmd += ["--heap", args.heap]
         out = json.loads(
             subprocess.run(cmd + (["--trace"] if args.trace else []), check=True, capture_output=True, text=True).stdout
         )
@@ -510,7 +550,10 @@ def main() -> int:
 def report(out: dict[str, Any]) -> None:
     rss = out["rss_kib"]
     pods = out["worker_pods"]
-    print(f"## {out['jobs']} jobs x {WORKERS} workers: {pods} worker pods cached (list pages of {out['page']})")
+    print(
+        f"## {out['jobs']} jobs x {WORKERS} workers: {pods} worker pods cached (list pages of {out['page']}, "
+        f"heap: {out['heap']})"
+    )
     for phase, kib in rss.items():
         print(f"  VmRSS {phase:<24} {kib / 1024:7.1f} MiB")
     cached = rss["reconciled"] - rss["imports"]

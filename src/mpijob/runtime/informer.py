@@ -124,6 +124,11 @@ class Informer:
     resource_version: str | None = None
     # Loop time of the next periodic relist.
     relist_at: float = 0.0
+    # The sink's cached view of an object, by (store name, key): a relist keeps the view of an object whose
+    # uid and resourceVersion are unchanged instead of slimming a second copy (docs/design.md, "Memory").
+    cached: Callable[[str, Any], Obj | None] | None = None
+    # Called after each list is in the store (runtime/heap.py: the pages' freed heap is returned then).
+    on_listed: Callable[[], None] | None = None
 
     @property
     def name(self) -> str:
@@ -172,18 +177,26 @@ class Informer:
         self.resource_version = str(rv)
         self.sink.replaced(self.watched, self.namespace, items)
         self.listed.set()
+        if self.on_listed is not None:
+            self.on_listed()
 
     def _take(self, page: Any, rv: str | None, items: dict[Any, Obj]) -> tuple[str | None, str | None]:
         """Slims a page's items into `items`; returns the continue token and the list's resourceVersion."""
         meta = page.get("metadata") or {}
         # Listed items lack the kind and apiVersion a watch event's object has: the same shape either way.
         kind = str(page.get("kind") or "").removesuffix("List")
-        slim = self.watched.slim
+        slim, cached, index = self.watched.slim, self.cached, self.watched.index
         for item in page.get("items") or []:
+            key = ident(self.watched, item)
+            # Unchanged since the store got it (a relist of a steady cluster: nearly every object): the
+            # cached view is the slimmed object at that version, so the store is not held twice meanwhile.
+            old = cached(index, key) if cached is not None else None
+            if old is not None and _same_version(old, item):
+                items[key] = old
+                continue
             item.setdefault("kind", kind)
             item.setdefault("apiVersion", page.get("apiVersion"))
-            view = slim(item)
-            items[ident(self.watched, view)] = view
+            items[key] = slim(item)
         return meta.get("continue") or None, rv or meta.get("resourceVersion")
 
     async def _watch(self, longest: int) -> None:
@@ -241,6 +254,11 @@ class Informer:
         if rv:
             self.resource_version = str(rv)
         self.backoff.reset()
+
+
+def _same_version(view: Obj, item: Obj) -> bool:
+    old, new = view.get("metadata") or {}, item.get("metadata") or {}
+    return bool(new.get("resourceVersion")) and all(old.get(k) == new.get(k) for k in ("uid", "resourceVersion"))
 
 
 def _short(err: Exception) -> str:

@@ -23,7 +23,7 @@ from mpijob.executor.events import EventPoster
 from mpijob.executor.kubeconfig import load_api_client
 from mpijob.planner import podgroups
 from mpijob.planner.snapshot import OperatorConfig
-from mpijob.runtime import informer
+from mpijob.runtime import heap, informer
 from mpijob.runtime.controller import Controller
 from mpijob.runtime.metrics import InstrumentedController, InstrumentedExecutor, Metrics
 
@@ -89,6 +89,9 @@ async def run(
     stop: asyncio.Event | None = None,
     started: Callable[[Controller], None] | None = None,
 ) -> Controller:
+    # Freed heap goes back to the OS (runtime/heap.py): after lists, and when a burst of reconciles is over.
+    heap.configure()
+    trimmer = heap.Trimmer()
     api = await load_api_client(options.kubeconfig)
     client = Client(api, options.qps, options.burst, urgent_qps=options.urgent_qps, urgent_burst=options.urgent_burst)
     config = options.planner
@@ -125,7 +128,10 @@ async def run(
         options.namespaces,
         relist=options.resync_period,
         stall=options.watch_stall,
+        cached=controller.cache.get,
+        on_listed=trimmer.listed,
     )
+    controller.queue.on_idle = trimmer.idle
     # Tasks that run until the operator stops (/healthz watches them); the warm gate ends once warm.
     tasks = [asyncio.create_task(i.run(), name=f"informer {i.name}") for i in watches]
     warm_up = asyncio.create_task(controller.warm_up(watches))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 
 class WorkQueue:
@@ -39,6 +39,10 @@ class WorkQueue:
         self._failures: dict[Hashable, int] = {}
         self.base_delay = base_delay
         self.max_delay = max_delay
+        # Called with how many keys were done since the queue last had nothing pending or running, each time
+        # it has nothing again (runtime/heap.py: a burst's freed heap is returned then).
+        self.on_idle: Callable[[int], None] | None = None
+        self._done_since_idle = 0
 
     def __len__(self) -> int:
         return len(self._dirty)
@@ -157,6 +161,10 @@ class WorkQueue:
             else:
                 self._ready.append(key)
             self._wakeup.set()
+        self._done_since_idle += 1
+        if self.on_idle is not None and not self._dirty and not self._processing:
+            done, self._done_since_idle = self._done_since_idle, 0
+            self.on_idle(done)
 
     def shutdown(self) -> None:
         for timer in (*self._timers.values(), *self._batches.values()):
