@@ -462,9 +462,7 @@ def structures(state: dict[str, Any]) -> dict[str, int]:
     cache = controller.cache
     seen: set[int] = set()
     out = {f"cache {name}": _deep_size(store, seen) for name, store in cache.indexes.items()}
-    out["cache pod refs (owner, node)"] = sum(
-        _deep_size(getattr(cache, a), seen) for a in ("_pod_refs", "_by_owner", "_by_node")
-    )
+    out["cache pod refs (owner, node)"] = sum(_deep_size(getattr(cache, a), seen) for a in ("_by_owner", "_by_node"))
     out["fingerprints"] = _deep_size(controller.fingerprints, seen)
     out["expectations"] = _deep_size(vars(controller.expectations), seen)
     out["metrics stamps"] = _deep_size(vars(state["metrics"].stamps), seen)

@@ -54,22 +54,11 @@ def test_cache_view_of_a_job_leaves_out_pods_of_other_namespaces() -> None:
     impostor = _impostor(job, 1)
     uid = job["metadata"]["uid"]
     cache = Cache()
-    cache.indexes = {
-        "mpijobs": {("team-a", "pi"): job},
-        "pods": {("team-a", "pi-worker-0"): ours, ("team-b", "pi-worker-1"): impostor},
-        "jobs": {},
-        "services": {},
-        "configmaps": {},
-        "pdbs": {},
-        "serviceaccounts": {},
-        "roles": {},
-        "rolebindings": {},
-        "nodes": {},
-    }
-
+    cache.put("mpijobs", ("team-a", "pi"), job)
     for pod in (ours, impostor):
         meta = pod["metadata"]
-        cache.pod_seen((meta["namespace"], meta["name"]), str(meta.get("uid")), uid, None, None)
+        assert meta["ownerReferences"][0]["uid"] == uid  # both name the job as their controller
+        cache.put("pods", (meta["namespace"], meta["name"]), pod)
 
     snapshot = cache.snapshot(copy.deepcopy(job), datetime.now(UTC), OperatorConfig())
 

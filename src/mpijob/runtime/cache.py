@@ -27,6 +27,18 @@ def _controller_ref(meta: Any) -> dict[str, Any] | None:
     return None
 
 
+# What the secondary pod maps hold of a pod: its controller's uid, its node and its job's name.
+_Links = tuple[str | None, str | None, str | None]
+
+
+def _links(pod: Obj) -> _Links:
+    meta = pod.get("metadata") or {}
+    ref = _controller_ref(meta)
+    job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
+    node = (pod.get("spec") or {}).get("nodeName") or None
+    return (str(ref["uid"]) if ref else None, node, str(job) if job else None)
+
+
 def _controller_uid(obj: Obj) -> str | None:
     for ref in obj["metadata"].get("ownerReferences") or []:
         if ref.get("controller"):
@@ -95,25 +107,19 @@ class Cache:
         self.ready = True
         # Kinds listed at least once (a later list that lacks an object found a ghost).
         self.listed: set[str] = set()
-        # Secondary pod maps, kept in step with the pods store by put/remove. A stale entry is harmless:
-        # every lookup goes through the pods store.
-        self._pod_refs: dict[Key, tuple[str, str | None, str | None, Key | None]] = {}
+        # Secondary pod maps, kept in step with the pods store by put/remove (from the stored view a change
+        # replaces: no copy of what they were made from is kept). A stale entry is harmless: every lookup
+        # goes through the pods store.
         self._by_owner: dict[str, set[Key]] = {}
-        self._by_node: dict[str, dict[Key, Key]] = {}
+        # node -> pod key -> the pod's job name (its namespace is the key's).
+        self._by_node: dict[str, dict[Key, str]] = {}
 
     def put(self, index: str, key: Any, obj: Obj) -> None:
-        self.indexes[index][key] = obj
+        store = self.indexes[index]
+        old = store.get(key)
+        store[key] = obj
         if index == "pods":
-            meta = obj.get("metadata") or {}
-            ref = _controller_ref(meta)
-            job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
-            self.pod_seen(
-                key,
-                str(meta.get("uid")),
-                str(ref["uid"]) if ref else None,
-                (obj.get("spec") or {}).get("nodeName") or None,
-                (key[0], str(job)) if job else None,
-            )
+            self._relink(key, None if old is None else _links(old), _links(obj))
 
     def remove(self, index: str, key: Any, uid: Any) -> None:
         """Forgets the object, unless the store holds a newer one of the same name (another uid)."""
@@ -121,8 +127,8 @@ class Cache:
         old = store.get(key)
         if old is not None and (uid is None or (old.get("metadata") or {}).get("uid") in (uid, None)):
             del store[key]
-        if index == "pods":
-            self.pod_gone(key, str(uid))
+            if index == "pods":
+                self._relink(key, _links(old), None)
 
     def get(self, index: str, key: Any) -> Obj | None:
         return self.indexes[index].get(key) if index in self.indexes else None
@@ -142,36 +148,25 @@ class Cache:
     def mpijob_keys(self) -> list[Key]:
         return list(self.indexes.get("mpijobs") or {})
 
-    def pod_seen(self, key: Key, uid: str, owner: str | None, node: str | None, job: Key | None) -> None:
-        """A pod as the pods indexer saw it: its controller's uid, node and job (None when absent)."""
-        entry = (uid, owner, node, job)
-        old = self._pod_refs.get(key)
-        if old == entry:
+    def _relink(self, key: Key, before: _Links | None, after: _Links | None) -> None:
+        if before == after:
             return
-        if old is not None:
-            self._unlink(key, old)
-        self._pod_refs[key] = entry
-        if owner is not None:
-            self._by_owner.setdefault(owner, set()).add(key)
-        if node is not None and job is not None:
-            self._by_node.setdefault(node, {})[key] = job
-
-    def pod_gone(self, key: Key, uid: str) -> None:
-        old = self._pod_refs.get(key)
-        if old is not None and old[0] == uid:  # not a newer pod of the same name
-            del self._pod_refs[key]
-            self._unlink(key, old)
-
-    def _unlink(self, key: Key, entry: tuple[str, str | None, str | None, Key | None]) -> None:
-        _, owner, node, _ = entry
-        if owner is not None and owner in self._by_owner:
-            self._by_owner[owner].discard(key)
-            if not self._by_owner[owner]:
-                del self._by_owner[owner]
-        if node is not None and node in self._by_node:
-            self._by_node[node].pop(key, None)
-            if not self._by_node[node]:
-                del self._by_node[node]
+        if before is not None:
+            owner, node, _ = before
+            if owner is not None and owner in self._by_owner:
+                self._by_owner[owner].discard(key)
+                if not self._by_owner[owner]:
+                    del self._by_owner[owner]
+            if node is not None and node in self._by_node:
+                self._by_node[node].pop(key, None)
+                if not self._by_node[node]:
+                    del self._by_node[node]
+        if after is not None:
+            owner, node, job = after
+            if owner is not None:
+                self._by_owner.setdefault(owner, set()).add(key)
+            if node is not None and job is not None:
+                self._by_node.setdefault(node, {})[key] = job
 
     def _owned_pods(self, uid: str, namespace: str) -> list[Obj]:
         # Namespaces are walls: an owner reference is namespace-local, so a pod of another namespace that
@@ -182,7 +177,7 @@ class Cache:
         return [p for p in pods if p is not None and _controller_uid(p) == uid]
 
     def jobs_on_node(self, node: str) -> list[Key]:
-        return list(dict.fromkeys((self._by_node.get(node) or {}).values()))
+        return list(dict.fromkeys((key[0], job) for key, job in (self._by_node.get(node) or {}).items()))
 
     def snapshot(self, job: Obj, now: datetime, config: OperatorConfig) -> Snapshot:
         meta = job["metadata"]

@@ -89,9 +89,6 @@ async def run(
     stop: asyncio.Event | None = None,
     started: Callable[[Controller], None] | None = None,
 ) -> Controller:
-    # Freed heap goes back to the OS (runtime/heap.py): after lists, and when a burst of reconciles is over.
-    heap.configure()
-    trimmer = heap.Trimmer()
     api = await load_api_client(options.kubeconfig)
     client = Client(api, options.qps, options.burst, urgent_qps=options.urgent_qps, urgent_burst=options.urgent_burst)
     config = options.planner
@@ -121,17 +118,7 @@ async def run(
     if started is not None:
         started(controller)
     stop = stop or asyncio.Event()
-    watches = informer.informers(
-        controller.kinds,
-        client,
-        controller,
-        options.namespaces,
-        relist=options.resync_period,
-        stall=options.watch_stall,
-        cached=controller.cache.get,
-        on_listed=trimmer.listed,
-    )
-    controller.queue.on_idle = trimmer.idle
+    watches = _informers(options, client, controller)
     # Tasks that run until the operator stops (/healthz watches them); the warm gate ends once warm.
     tasks = [asyncio.create_task(i.run(), name=f"informer {i.name}") for i in watches]
     warm_up = asyncio.create_task(controller.warm_up(watches))
@@ -165,6 +152,23 @@ async def run(
         await events.drain(EVENT_DRAIN_SECONDS)
         await api.close()
     return controller
+
+
+def _informers(options: OperatorOptions, client: Client, controller: Controller) -> list[informer.Informer]:
+    # Freed heap goes back to the OS (runtime/heap.py): after lists, and when a burst of reconciles is over.
+    heap.configure()
+    trimmer = heap.Trimmer()
+    controller.queue.on_idle = trimmer.idle
+    return informer.informers(
+        controller.kinds,
+        client,
+        controller,
+        options.namespaces,
+        relist=options.resync_period,
+        stall=options.watch_stall,
+        cached=controller.cache.get,
+        on_listed=trimmer.listed,
+    )
 
 
 async def _serve_health(port: int, tasks: list[asyncio.Task[Any]]) -> web.AppRunner:

@@ -1,0 +1,196 @@
+"""The heap the operator freed goes back to the OS at the two moments that leave the most behind (issue 20,
+bench/memory.py, runtime/heap.py): after every informer list, and when the work queue goes idle after a
+burst of reconciles (not after each one); and a relist keeps the cached view of an object whose uid and
+resourceVersion are unchanged, so the store is not held twice while the pages come in."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from mpijob.runtime import heap
+from mpijob.runtime.cache import Cache
+from mpijob.runtime.informer import Informer
+from mpijob.runtime.kinds import BY_KIND
+from mpijob.runtime.workqueue import WorkQueue
+
+Obj = dict[str, Any]
+PODS = BY_KIND["Pod"]
+
+
+def _pod(name: str, rv: str, uid: str | None = None) -> Obj:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "uid": uid or f"uid-{name}", "resourceVersion": rv},
+        "spec": {"nodeName": "n1"},
+        "status": {"phase": "Running"},
+    }
+
+
+class _Server:
+    """Answers each list with the next page set (one page each)."""
+
+    def __init__(self, *lists: list[Obj]) -> None:
+        self.lists = [{"metadata": {"resourceVersion": "100"}, "items": items} for items in lists]
+
+    async def request(self, method: str, path: str, query: Any = None, **_: Any) -> Any:
+        return self.lists.pop(0)
+
+
+class _Sink:
+    """Stores what a list delivers, as the controller does; records the order of calls."""
+
+    def __init__(self, cache: Cache, calls: list[str]) -> None:
+        self.cache = cache
+        self.calls = calls
+
+    def replaced(self, watched: Any, namespace: str | None, items: dict[Any, Obj]) -> None:
+        self.calls.append("replaced")
+        self.cache.indexes[watched.index] = dict(items)
+
+    def observed(self, watched: Any, type: str, obj: Obj) -> None:
+        pass
+
+
+def test_a_relist_keeps_the_cached_view_of_an_unchanged_object_and_slims_a_changed_one() -> None:
+    cache = Cache()
+    calls: list[str] = []
+    server = _Server(
+        [_pod("a", "1"), _pod("b", "1"), _pod("c", "1")],
+        # b changed (a new resourceVersion); c is another pod of the same name (a new uid, same version).
+        [_pod("a", "1"), _pod("b", "2"), _pod("c", "1", uid="uid-c2")],
+    )
+    informer = Informer(PODS, "/api/v1/pods", server, _Sink(cache, calls), cached=cache.get)  # type: ignore[arg-type]
+    asyncio.run(informer._list())
+    first = dict(cache.indexes["pods"])
+    asyncio.run(informer._list())
+    second = cache.indexes["pods"]
+
+    assert second[("ns", "a")] is first[("ns", "a")]
+    assert second[("ns", "b")] is not first[("ns", "b")]
+    assert second[("ns", "b")]["metadata"]["resourceVersion"] == "2"
+    assert second[("ns", "c")]["metadata"]["uid"] == "uid-c2"
+    # What the store got is the slimmed view either way (no raw list item slipped in).
+    assert set(second[("ns", "b")]) == set(second[("ns", "a")]) == {"metadata", "spec", "status"}
+
+
+def test_without_a_cache_lookup_a_relist_slims_every_object() -> None:
+    cache = Cache()
+    server = _Server([_pod("a", "1")], [_pod("a", "1")])
+    informer = Informer(PODS, "/api/v1/pods", server, _Sink(cache, []))  # type: ignore[arg-type]
+    asyncio.run(informer._list())
+    first = cache.indexes["pods"][("ns", "a")]
+    asyncio.run(informer._list())
+
+    assert cache.indexes["pods"][("ns", "a")] is not first
+    assert cache.indexes["pods"][("ns", "a")] == first
+
+
+def test_the_heap_is_trimmed_after_each_list_once_the_store_has_it() -> None:
+    calls: list[str] = []
+    trimmer = heap.Trimmer(trim=lambda: calls.append("trim"))
+    cache = Cache()
+    informer = Informer(
+        PODS,
+        "/api/v1/pods",
+        _Server([_pod("a", "1")], []),  # type: ignore[arg-type]
+        _Sink(cache, calls),
+        on_listed=trimmer.listed,
+    )
+    asyncio.run(informer._list())
+    asyncio.run(informer._list())
+
+    assert calls == ["replaced", "trim", "replaced", "trim"]
+
+
+def test_an_idle_queue_trims_only_after_a_burst_of_reconciles() -> None:
+    trims: list[int] = []
+    trimmer = heap.Trimmer(trim=lambda: trims.append(1), burst=3)
+
+    trimmer.idle(1)
+    trimmer.idle(1)
+    assert trims == []  # a trickle: one event, one reconcile, idle again
+    trimmer.idle(1)
+    assert trims == [1]  # three since the last trim
+    trimmer.idle(2)
+    assert trims == [1]
+    trimmer.idle(5)
+    assert trims == [1, 1]
+    # A list trims too, and starts the count again.
+    trimmer.idle(2)
+    trimmer.listed()
+    trimmer.idle(2)
+    assert trims == [1, 1, 1] and trimmer.pending == 2
+
+
+def test_the_work_queue_says_when_it_goes_idle_and_how_many_keys_were_done_since() -> None:
+    idle: list[int] = []
+
+    async def go() -> None:
+        queue = WorkQueue()
+        queue.on_idle = idle.append
+        for key in ("a", "b", "c"):
+            queue.add(key)
+        first = await queue.get()
+        queue.add(first)  # an event for a key being processed: it runs again, the queue is not idle
+        queue.done(first)
+        for _ in range(2):
+            queue.done(await queue.get())
+        assert idle == []  # the re-added key is still pending
+        queue.done(await queue.get())
+        assert idle == [4]
+        queue.add("d")
+        key = await queue.get()
+        queue.done(key)
+
+    asyncio.run(go())
+    assert idle == [4, 1]
+
+
+def test_a_key_still_running_keeps_the_queue_from_being_idle() -> None:
+    idle: list[int] = []
+
+    async def go() -> None:
+        queue = WorkQueue()
+        queue.on_idle = idle.append
+        queue.add("a")
+        queue.add("b")
+        a, b = await queue.get(), await queue.get()
+        queue.done(a)
+        assert idle == []
+        queue.done(b)
+
+    asyncio.run(go())
+    assert idle == [2]
+
+
+class _FakeLibc:
+    def __init__(self, answer: int = 1) -> None:
+        self.calls: list[tuple[str, int, int]] = []
+        self.answer = answer
+
+    def mallopt(self, param: int, value: int) -> int:
+        self.calls.append(("mallopt", param, value))
+        return self.answer
+
+    def malloc_trim(self, pad: int) -> int:
+        self.calls.append(("malloc_trim", pad, 0))
+        return 1
+
+
+def test_configure_fixes_both_thresholds_so_glibc_stops_raising_them() -> None:
+    libc = _FakeLibc()
+    assert heap.configure(libc)  # type: ignore[arg-type]
+    assert libc.calls == [
+        ("mallopt", -3, heap.MMAP_THRESHOLD),  # M_MMAP_THRESHOLD
+        ("mallopt", -1, heap.TRIM_THRESHOLD),  # M_TRIM_THRESHOLD
+    ]
+    assert not heap.configure(_FakeLibc(answer=0))  # type: ignore[arg-type]  # refused: said so
+
+
+@pytest.mark.skipif(heap._libc() is None, reason="malloc is not glibc's here")
+def test_glibc_accepts_the_thresholds_and_the_trim() -> None:
+    # mallopt answers 0 for a parameter or value it refuses.
+    assert heap.configure()
+    heap.malloc_trim()
