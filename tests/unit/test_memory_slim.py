@@ -186,6 +186,38 @@ def test_children_of_one_owner_share_one_owner_reference_list_while_any_is_cache
     assert odd["metadata"]["ownerReferences"] == [{"uid": "u1", "extra": {"not": "hashable"}}]
 
 
+def test_pods_on_one_node_share_their_spec_and_pods_ready_in_one_second_their_conditions() -> None:
+    def pod(name: str, node: str | None, ready_at: str, extra: Any = None) -> Obj:
+        ready = {"type": "Ready", "status": "True", "lastProbeTime": None, "lastTransitionTime": ready_at}
+        scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": name}  # not kept at all
+        conditions = [scheduled, ready] + ([extra] if extra is not None else [])
+        body = {"metadata": {"name": name}, "spec": {"nodeName": node}, "status": {"conditions": conditions}}
+        return orjson.loads(orjson.dumps(body))  # fresh strings, as every watch event decodes them
+
+    t1, t2 = "2026-03-01T12:00:00Z", "2026-03-01T12:00:01Z"
+    a, b, c, d = (slim.pod(pod(*args)) for args in (("a", "n1", t1), ("b", "n1", t1), ("c", "n2", t2), ("d", None, t1)))
+
+    assert a["spec"] is b["spec"] and a["spec"] == {"nodeName": "n1"}
+    assert c["spec"] == {"nodeName": "n2"} and d["spec"] == {"nodeName": None}
+    assert a["status"]["conditions"] is b["status"]["conditions"] is not c["status"]["conditions"]
+    assert a["status"]["conditions"] == [
+        {"type": "Ready", "status": "True", "lastProbeTime": None, "lastTransitionTime": t1}
+    ]
+    assert d["status"]["conditions"] is a["status"]["conditions"]  # the same contents, whatever the pod
+    # The fingerprint's encoding and the planner see plain dicts and lists.
+    assert orjson.loads(orjson.dumps(a)) == a and isinstance(a["spec"], dict)
+    # A value that is not a string or None is kept as it is, unshared (True == 1 must not meet).
+    odd = {"type": "DisruptionTarget", "status": True, "count": 1}
+    e, f = slim.pod(pod("e", "n1", t1, odd)), slim.pod(pod("f", "n1", t1, {**odd, "status": 1}))
+    assert e["status"]["conditions"][1]["status"] is True and f["status"]["conditions"][1]["status"] == 1
+    assert e["status"]["conditions"] is not f["status"]["conditions"]
+    # Gone with the last cached pod that holds them.
+    gone = weakref.ref(c["spec"])
+    del c
+    gc.collect()
+    assert gone() is None
+
+
 def test_a_scrape_while_the_event_loop_changes_the_pods_store_reads_a_copy() -> None:
     # prometheus_client serves /metrics from its own thread; the event loop may change the store between two
     # pods the scrape reads. Here reading a pod does it, so the interleaving is certain.
