@@ -167,6 +167,25 @@ def test_mpijobs_made_from_one_manifest_share_their_spec_strings_and_keep_their_
     assert image is b["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]
 
 
+def test_mpijobs_with_the_same_spec_share_one_and_a_different_spec_is_its_own() -> None:
+    def decoded(name: str, workers: int, **changes: Any) -> Obj:
+        job = mpijob(name, workers=workers, elastic_policy=elastic(1, 4))
+        job["spec"].update(changes)
+        return orjson.loads(orjson.dumps(job))  # separately decoded, as two watch events are
+
+    a, b, c = (slim.mpijob(decoded(n, w)) for n, w in (("a", 2), ("b", 2), ("c", 3)))
+    assert a["spec"] is b["spec"] and a["spec"] is not c["spec"]
+    assert c["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 3
+    assert orjson.loads(orjson.dumps(a)) == a  # the fingerprint's encoding sees a plain dict
+    # Exact: 1 and true are different specs, though 1 == True in Python.
+    one, true = slim.mpijob(decoded("d", 2, slotsPerWorker=1)), slim.mpijob(decoded("e", 2, slotsPerWorker=True))
+    assert one["spec"] is not true["spec"] and true["spec"]["slotsPerWorker"] is True
+    gone = weakref.ref(c["spec"])
+    del c
+    gc.collect()
+    assert gone() is None  # the table does not keep a spec no cached job has
+
+
 def test_children_of_one_owner_share_one_owner_reference_list_while_any_is_cached() -> None:
     def pod(name: str, owner_uid: str) -> Obj:
         ref = {"apiVersion": "v1", "kind": "MPIJob", "name": "pi", "uid": owner_uid, "controller": True}

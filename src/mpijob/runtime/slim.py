@@ -8,6 +8,8 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from mpijob.api.constants import DISCOVER_HOSTS_KEY, HOSTFILE_KEY, LABEL_OPERATOR_NAME
 
 # Longer strings are rarely repeated (scripts, messages): not worth a place in the interned table.
@@ -105,9 +107,10 @@ def _owner_refs(refs: list[Any]) -> list[Any]:
 
 
 class SharedDict(dict[str, Any]):
-    """A small dict of strings shared by every cached pod with the same one: its spec as the cache keeps it
-    (the node's name: one per node, not per pod), a condition (the Ready conditions of pods ready in the
-    same second are equal). ~180-230 bytes per pod each otherwise. Nothing edits a cached object in place."""
+    """A dict shared by every cached object with the same one: a pod's spec as the cache keeps it (the node's
+    name: one per node, not per pod), a condition (the Ready conditions of pods ready in the same second are
+    equal), an MPIJob's spec (the same in every job of one manifest). ~180-230 bytes per pod each, ~4 KiB
+    per job otherwise. Nothing edits a cached object in place (the planner copies a template it changes)."""
 
     __slots__ = ("__weakref__",)
 
@@ -180,8 +183,28 @@ def mpijob(body: Mapping[str, Any]) -> dict[str, Any]:
         meta["annotations"] = {k: v for k, v in annotations.items() if k not in _UNREAD_ANNOTATIONS}
     out["metadata"] = meta
     if isinstance(body.get("spec"), dict):
-        out["spec"] = _shared_tree(body["spec"])
+        out["spec"] = _shared_spec(body["spec"])
     return out
+
+
+# MPIJob specs by their JSON text, as long as some cached job holds them (a weak table).
+_SPECS: weakref.WeakValueDictionary[bytes, SharedDict] = weakref.WeakValueDictionary()
+
+
+def _shared_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """One copy of an MPIJob spec for every cached job with the same one (jobs made from one manifest differ
+    in their names, not in their specs: ~4 KiB per job otherwise). Keyed by the JSON text, which is exact
+    (1 and true, 1 and 1.0 differ) and ordered as the API server sends it."""
+    try:
+        key = orjson.dumps(spec)
+    except TypeError:  # not JSON (never from the API server): kept as it is
+        tree: dict[str, Any] = _shared_tree(spec)
+        return tree
+    found = _SPECS.get(key)
+    if found is None:
+        found = SharedDict(_shared_tree(spec))
+        _SPECS[key] = found
+    return found
 
 
 def pod(body: Mapping[str, Any]) -> dict[str, Any]:
