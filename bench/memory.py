@@ -3,8 +3,11 @@
 
 What it builds is the operator's own: the controller, cache, informers, executor and metrics of
 `mpijob.runtime.operator.run`, fed through the informers' real paths (a paged list decoded from JSON bytes
-and slimmed, then one watch event per object read from a byte stream, as the API server sends them), then one
-reconcile of every job (the planner on the cache; expectations and metric stamps as a reconcile leaves them).
+and slimmed, then one watch event per object read from a byte stream, as the API server sends them, then the
+periodic relist of every kind with the store full), then one reconcile of every job (the planner on the cache;
+expectations and metric stamps as a reconcile leaves them). The heap is kept as the operator keeps it
+(runtime/heap.py: fixed malloc thresholds, a trim after each list and once the reconciles are done);
+`--heap none|mallopt|trim` leaves out both or one part, to see what each gives.
 Only the API server is a stand-in, answering the lists and watches from files of bodies (written first, by
 another process, so that the measured one builds nothing of its own) made as the operator makes them: one
 elastic job (examples/elastic-horovod.yaml at 8 workers) settled by the planner against the unit tests'
@@ -17,8 +20,8 @@ Any write a reconcile attempts is refused and counted: the bodies are steady job
 plans none (the count is reported).
 
 Each N runs in a fresh process (RSS is a high-water mark of the heap). Reported per N: VmRSS after the
-imports, after the list, after the watch events and after the reconciles (gc'd), per worker pod; and,
-with --trace, tracemalloc's largest allocation sites and the deep size of each structure the operator
+imports, after the list, after the watch events, after the relist and after the reconciles (gc'd), per worker
+pod; and, with --trace, tracemalloc's largest allocation sites and the deep size of each structure the operator
 keeps (cache stores, pod indexes, fingerprints, expectations, metric stamps).
 
     .venv/bin/python bench/memory.py                  # N = 250 and 1250 (10,000 worker pods)
