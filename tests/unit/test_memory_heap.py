@@ -194,3 +194,21 @@ def test_glibc_accepts_the_thresholds_and_the_trim() -> None:
     # mallopt answers 0 for a parameter or value it refuses.
     assert heap.configure()
     heap.malloc_trim()
+
+
+def test_the_operator_wires_the_trims_and_the_relist_lookup_into_every_informer_and_its_queue() -> None:
+    from mpijob.executor.apply import Executor
+    from mpijob.planner.snapshot import OperatorConfig
+    from mpijob.runtime.controller import Controller
+    from mpijob.runtime.operator import OperatorOptions, _informers
+
+    from .test_safety_fence import RecordingClient
+
+    controller = Controller(Executor(RecordingClient()), OperatorConfig())  # type: ignore[arg-type]
+    made = _informers(OperatorOptions(namespaces=["a", "b"]), RecordingClient(), controller)  # type: ignore[arg-type]
+
+    assert made and all(i.cached == controller.cache.get for i in made)
+    trimmers = {id(getattr(i.on_listed, "__self__", None)) for i in made}
+    assert len(trimmers) == 1  # one Trimmer: a list and an idle queue share the count
+    assert controller.queue.on_idle is not None
+    assert id(getattr(controller.queue.on_idle, "__self__", None)) in trimmers
