@@ -4,6 +4,7 @@ spot notice on a node with many jobs, they never wait behind the status writes a
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -25,15 +26,33 @@ class _Response:
         return b'{"metadata": {"resourceVersion": "2"}}'
 
 
+class _Session:
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = paths
+
+    async def request(self, method: str, url: str, **_: Any) -> _Response:
+        self.paths.append(url.removeprefix("https://api"))
+        return _Response()
+
+
 class _Api:
-    """kubernetes_asyncio's ApiClient as far as Client uses it: one call, answered at once."""
+    """kubernetes_asyncio's ApiClient as far as Client uses it: its session answers every request at once."""
+
+    default_headers: dict[str, str] = {}
+    cookie = None
 
     def __init__(self) -> None:
         self.paths: list[str] = []
+        self.configuration = SimpleNamespace(host="https://api")
+        self.rest_client = SimpleNamespace(
+            pool_manager=_Session(self.paths), proxy=None, proxy_headers=None, server_hostname=None
+        )
 
-    async def call_api(self, path: str, method: str, **_: Any) -> _Response:
-        self.paths.append(path)
-        return _Response()
+    async def update_params_for_auth(self, *_: Any) -> None:
+        return None
+
+    def sanitize_for_serialization(self, obj: Any) -> Any:
+        return obj
 
 
 def _drained_client(api: _Api) -> Client:
