@@ -4,7 +4,6 @@ that add writes with the Events that announce them."""
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -91,15 +90,17 @@ class PlanContext:
         self.job: Final = snapshot.job
         self.name: Final = name_of(snapshot.job)
         self.now: Final = format_time(snapshot.now)
-        # The last status as written (the status write is a merge patch from it) and as read (typed).
-        self.old_status: Final[dict[str, Any]] = copy.deepcopy(snapshot.job.get("status") or {})
+        # The last status as written (the status write is a merge patch from it; only read, never changed,
+        # like all of the snapshot) and as read (typed).
+        self.old_status: Final[dict[str, Any]] = snapshot.job.get("status") or {}
         self.previous: Final = conditions.read_status_fields(self.old_status)
         # Pods of a launcher Job we do not own say nothing about this job.
         launcher = snapshot.launcher
         owned = launcher is not None and is_owned_by(launcher, self.job)
         self.launcher_pods: Final = snapshot.launcher_pods if owned else ()
         self.workers: Final = workers_of(snapshot)
-        self.draft: Final = Draft(new_status=self.previous.status.model_copy(deep=True))
+        # A second read, not a deep copy of the first: the same model, in half the time of pydantic's copy.
+        self.draft: Final = Draft(new_status=conditions.read_status_fields(self.old_status).status)
 
     def emit(self, type_: str, reason: str, message: str) -> None:
         self.draft.announce.append(Emit(type_, reason, message))

@@ -39,6 +39,9 @@ __all__ = [
 
 # Lists of worker names: a stray non-string entry is dropped, not the whole list.
 _NAME_LISTS = ("leavingWorkers", "discoveredHosts")
+# The status's keys as the API object spells them, and the Python names that differ from them.
+_KNOWN = frozenset(info.alias or name for name, info in JobStatus.model_fields.items())
+_FIELD_NAMES = frozenset(JobStatus.model_fields) - _KNOWN
 
 
 @dataclass(frozen=True)
@@ -57,20 +60,34 @@ def read_status_fields(raw: object) -> StatusRead:
     kept as they are."""
     if not isinstance(raw, dict):
         return StatusRead(JobStatus())
-    known = {info.alias or name for name, info in JobStatus.model_fields.items()}
-    fields: dict[str, Any] = {key: copy.deepcopy(value) for key, value in raw.items() if key not in known}
-    invalid: set[str] = set()
-    for key in known & raw.keys():
-        value = raw[key]
-        if key in _NAME_LISTS and isinstance(value, list):
-            value = [item for item in value if isinstance(item, str)]
+    fields = {
+        key: [item for item in value if isinstance(item, str)]
+        if key in _NAME_LISTS and isinstance(value, list)
+        else value
+        for key, value in raw.items()
+    }
+    if not raw.keys() & _FIELD_NAMES:
+        # Every field at once first (one validation, not one per field; every plan reads the status): the
+        # model has no cross-field validator, so all fields fit together exactly when each fits alone. A key
+        # spelt as a field's Python name could stand in for an unfit alias: then field by field.
         try:
-            JobStatus.model_validate({key: value}, strict=True)
+            return StatusRead(JobStatus.model_validate(copy.deepcopy(fields), strict=True))
+        except ValidationError:
+            pass
+    return _field_by_field(fields)
+
+
+def _field_by_field(fields: dict[str, Any]) -> StatusRead:
+    kept: dict[str, Any] = {key: copy.deepcopy(value) for key, value in fields.items() if key not in _KNOWN}
+    invalid: set[str] = set()
+    for key in _KNOWN & fields.keys():
+        try:
+            JobStatus.model_validate({key: fields[key]}, strict=True)
         except ValidationError:
             invalid.add(key)
             continue
-        fields[key] = copy.deepcopy(value)
-    return StatusRead(JobStatus.model_validate(fields, strict=True), frozenset(invalid))
+        kept[key] = copy.deepcopy(fields[key])
+    return StatusRead(JobStatus.model_validate(kept, strict=True), frozenset(invalid))
 
 
 def read_status(raw: object) -> JobStatus:
