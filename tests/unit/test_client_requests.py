@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
-from mpijob.executor.client import ApiError, Client
+from mpijob.executor.client import ApiError, Client, ServerClock
 
 Seen = list[dict[str, Any]]
 
@@ -133,3 +133,19 @@ async def test_a_refusal_is_an_api_error_with_status_reason_and_body_and_is_coun
     # The server's Date header set the clock (1 s resolution: the offset is far from zero here).
     server_time = datetime(2026, 12, 1, 23, 0, 0, tzinfo=UTC)
     assert client.clock.seen and abs(client.clock.now() - server_time).total_seconds() < 2
+
+
+def test_the_clock_offset_follows_every_response_though_a_repeated_header_is_parsed_once() -> None:
+    clock = ServerClock()
+    base = datetime(2026, 12, 1, 22, 59, 50, tzinfo=UTC)
+    clock.observe("Tue, 01 Dec 2026 23:00:00 GMT", local=base)
+    assert clock.offset == timedelta(seconds=10.5)
+    # The same header read later: the same server second, a later local time, so a smaller offset.
+    clock.observe("Tue, 01 Dec 2026 23:00:00 GMT", local=base + timedelta(seconds=0.25))
+    assert clock.offset == timedelta(seconds=10.25)
+    clock.observe("Tue, 01 Dec 2026 23:00:01 GMT", local=base + timedelta(seconds=0.5))
+    assert clock.offset == timedelta(seconds=11)
+    # What does not parse changes nothing, even after a good one.
+    clock.observe("not a date", local=base)
+    clock.observe("Tue, 01 Dec 2026 23:00:05", local=base)
+    assert clock.offset == timedelta(seconds=11)

@@ -126,16 +126,23 @@ class ServerClock:
     def __init__(self) -> None:
         self.offset = timedelta(0)
         self.seen = False
+        # The last header and what it parsed to: responses within a second share their header, and parsing
+        # it (email.utils) was ~2% of the operator's CPU (docs/design.md).
+        self._parsed: tuple[str, datetime] | None = None
 
     def observe(self, date_header: str | None, local: datetime | None = None) -> None:
         if not date_header:
             return
-        try:
-            server = parsedate_to_datetime(date_header)
-        except (TypeError, ValueError):
-            return
-        if server.tzinfo is None:
-            return
+        if self._parsed is not None and self._parsed[0] == date_header:
+            server = self._parsed[1]
+        else:
+            try:
+                server = parsedate_to_datetime(date_header)
+            except (TypeError, ValueError):
+                return
+            if server.tzinfo is None:
+                return
+            self._parsed = (date_header, server)
         # The header is truncated to the second: half a second is the expected error.
         self.offset = server + timedelta(seconds=0.5) - (local or datetime.now(UTC))
         self.seen = True
