@@ -1,11 +1,10 @@
 """What one API request costs the operator's process in CPU: `Client.request` (create, get, merge patch,
 delete of a ConfigMap, sequentially, no QPS budget) against the testbed's real API server, as CPU
-microseconds per request (`time.process_time`, this process only: the API server is another process).
+microseconds per request (`time.process_time`, this process only: the API server is another process),
+side by side with the same requests through kubernetes_asyncio's `ApiClient.call_api` (the Client's path
+before issue 20's third round), round by round in turn, so the machine's noise falls on both alike.
 
     .venv/bin/python bench/request_cost.py [--rounds 300] [--state-dir /tmp/request-cost]
-
-Run it on two checkouts (e.g. `PYTHONPATH=/path/to/other/src`) to compare request paths; the ratio is what
-counts on a shared machine.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Any
 
 from harness import measure_on_testbed, print_table
 
-from mpijob.executor.client import Client
+from mpijob.executor.client import Client, _loads
 from mpijob.executor.kubeconfig import load_api_client
 
 NS_PATH = "/api/v1/namespaces/default/configmaps"
@@ -34,6 +33,38 @@ def _config_map(name: str) -> dict[str, Any]:
     }
 
 
+class LibraryPath(Client):
+    """The request as the Client made it before: through `call_api` (parameter sanitising, stdlib JSON of the
+    body, the library's header and auth handling), the response read and decoded the same way."""
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        query: Any = None,
+        accept: str = "application/json",
+        **_: Any,
+    ) -> Any:
+        self.requests += 1
+        raw = await self.api.call_api(
+            path,
+            method,
+            query_params=query or [],
+            header_params={"Content-Type": content_type, "Accept": accept},
+            body=body,
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _request_timeout=self.timeout,
+        )
+        self.clock.observe(raw.headers.get("Date"))
+        data = await raw.read()
+        if not 200 <= raw.status < 300:
+            raise RuntimeError(f"{raw.status} {data[:200]!r}")
+        return _loads(data) if data else None
+
+
 async def _round(client: Client, name: str) -> None:
     await client.create(NS_PATH, _config_map(name))
     await client.get(f"{NS_PATH}/{name}")
@@ -41,21 +72,33 @@ async def _round(client: Client, name: str) -> None:
     await client.delete(f"{NS_PATH}/{name}")
 
 
+async def _timed(client: Client, name: str) -> float:
+    cpu = time.process_time()
+    await _round(client, name)
+    return time.process_time() - cpu
+
+
 async def measure(kubeconfig: Path, rounds: int) -> dict[str, Any]:
     api = await load_api_client(kubeconfig)
     try:
-        client = Client(api, qps=0)
+        paths = {"client": Client(api, qps=0), "call_api": LibraryPath(api, qps=0)}
+        cpu = dict.fromkeys(paths, 0.0)
         for i in range(20):  # warm-up: connections, TLS sessions, imports
-            await _round(client, f"warm-{i}")
-        before = client.requests
-        cpu, wall = time.process_time(), time.perf_counter()
+            for label, client in paths.items():
+                await _round(client, f"warm-{label}-{i}")
+        before = {label: client.requests for label, client in paths.items()}
         for i in range(rounds):
-            await _round(client, f"cost-{i}")
-        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-        n = client.requests - before
+            for label, client in paths.items():
+                cpu[label] += await _timed(client, f"cost-{label}-{i}")
+        per = {label: 1e6 * cpu[label] / (client.requests - before[label]) for label, client in paths.items()}
     finally:
         await api.close()
-    return {"requests": n, "cpu_us_per_request": 1e6 * cpu / n, "wall_ms_per_request": 1e3 * wall / n}
+    return {
+        "requests_each": 4 * rounds,
+        "cpu_us_per_request_client": per["client"],
+        "cpu_us_per_request_call_api": per["call_api"],
+        "client_over_call_api": per["client"] / per["call_api"],
+    }
 
 
 def main() -> None:
