@@ -120,3 +120,17 @@ def test_valid_jobs_pass_validation(job: Obj) -> None:
     spec, errors = validate(job)
     assert spec is not None
     assert errors == []
+
+
+def test_a_spec_that_is_not_json_is_refused_as_before_and_odd_json_is_read_as_the_standard_library_reads_it() -> None:
+    """The spec goes to pydantic as JSON text (orjson, the standard library for what orjson refuses): what
+    is no JSON at all is still "spec: not JSON", and a non-string key or a huge integer reads as it did."""
+    odd = mpijob()
+    odd["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"] = {"labels": {1: "one"}, "n": 2**70}
+    spec, errors = validate(odd)
+    assert errors == [] and spec is not None
+    assert spec.mpi_replica_specs["Worker"].template["metadata"] == {"labels": {"1": "one"}, "n": 2**70}
+    broken = mpijob()
+    broken["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"] = {"labels": {"a": {1, 2}}}
+    spec, errors = validate(broken)
+    assert spec is None and len(errors) == 1 and errors[0].startswith("spec: not JSON (")
