@@ -85,11 +85,11 @@ async def measure(kubeconfig: Path, rounds: int) -> dict[str, Any]:
         cpu = dict.fromkeys(paths, 0.0)
         for i in range(20):  # warm-up: connections, TLS sessions, imports
             for label, client in paths.items():
-                await _round(client, f"warm-{label}-{i}")
+                await _round(client, f"warm-{label.replace('_', '-')}-{i}")
         before = {label: client.requests for label, client in paths.items()}
         for i in range(rounds):
             for label, client in paths.items():
-                cpu[label] += await _timed(client, f"cost-{label}-{i}")
+                cpu[label] += await _timed(client, f"cost-{label.replace('_', '-')}-{i}")
         per = {label: 1e6 * cpu[label] / (client.requests - before[label]) for label, client in paths.items()}
     finally:
         await api.close()
