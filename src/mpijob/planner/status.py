@@ -42,6 +42,7 @@ _NAME_LISTS = ("leavingWorkers", "discoveredHosts")
 # The status's keys as the API object spells them, and the Python names that differ from them.
 _KNOWN = frozenset(info.alias or name for name, info in JobStatus.model_fields.items())
 _FIELD_NAMES = frozenset(JobStatus.model_fields) - _KNOWN
+_CHECKED = _KNOWN | _FIELD_NAMES
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,10 @@ def read_status_fields(raw: object) -> StatusRead:
 
 
 def _field_by_field(fields: dict[str, Any]) -> StatusRead:
-    kept: dict[str, Any] = {key: _copied(value) for key, value in fields.items() if key not in _KNOWN}
+    # A key spelt as a field's Python name is read as that field (populate_by_name), so it is checked too.
+    kept: dict[str, Any] = {key: _copied(value) for key, value in fields.items() if key not in _CHECKED}
     invalid: set[str] = set()
-    for key in _KNOWN & fields.keys():
+    for key in _CHECKED & fields.keys():
         try:
             JobStatus.model_validate({key: fields[key]}, strict=True)
         except ValidationError:
