@@ -112,17 +112,12 @@ def _prepare_dir(layout: Layout) -> None:
 
 
 @contextlib.contextmanager
-def _locked(layout: Layout, wait: bool = True) -> Iterator[bool]:
-    """Serialises `up`/`down` on one state directory (two pytest sessions starting at once, say). Yields
-    whether it holds the lock: always with `wait`; without, False at once when someone else holds it."""
+def _locked(layout: Layout) -> Iterator[None]:
+    """Serialises `up`/`down` on one state directory (two pytest sessions starting at once, say)."""
     with open(layout.lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
         try:
-            fcntl.flock(f, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
+            yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
 
@@ -195,8 +190,8 @@ def _stop_all(layout: Layout, bin_dir: Path, echo: Echo) -> int:
     return stopped
 
 
-def _stragglers(layout: Layout, names: tuple[str, ...] = COMPONENTS) -> dict[int, Path]:
-    return processes.find_processes(f"{layout.root}{os.sep}", names)
+def _stragglers(layout: Layout) -> dict[int, Path]:
+    return processes.find_processes(f"{layout.root}{os.sep}", COMPONENTS)
 
 
 def _pki(layout: Layout) -> Pki:
@@ -416,8 +411,16 @@ def _abandoned(layout: Layout) -> bool:
     """True when nothing of the testbed at `layout` runs and no `up` or `down` holds it: its run was killed."""
     if not layout.marker.exists():
         return False
-    with _locked(layout, wait=False) as held:
-        return held and not _stragglers(layout, (*COMPONENTS, *realnode.NODE_COMPONENTS, "coredns"))
+    names = (*COMPONENTS, *realnode.NODE_COMPONENTS, "coredns")
+    with open(layout.lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        try:
+            return not processes.find_processes(f"{layout.root}{os.sep}", names)
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _take_down_abandoned_real_node(layout: Layout, echo: Echo) -> None:
