@@ -24,7 +24,7 @@ from mpijob.executor.client import ApiError
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime.cache import Cache, Key
-from mpijob.runtime.informer import Informer, ident
+from mpijob.runtime.informer import Informer, ident, same_version
 from mpijob.runtime.kinds import Watched, job_names_for, watched
 from mpijob.runtime.workqueue import WorkQueue
 
@@ -89,11 +89,6 @@ def _only_progress(old: Obj | None, new: Obj) -> bool:
     # Other conditions (DisruptionTarget: the pod is about to go) are news, never progress.
     others = [[c for c in (v.get("conditions") or []) if c.get("type") != "Ready"] for v in (os_, ns_)]
     return others[0] == others[1]
-
-
-def _same_version(a: Obj, b: Obj) -> bool:
-    ma, mb = a.get("metadata") or {}, b.get("metadata") or {}
-    return bool(ma.get("uid") == mb.get("uid") and ma.get("resourceVersion") == mb.get("resourceVersion"))
 
 
 @dataclass
@@ -276,7 +271,7 @@ class Controller:
             self.observed(w, "DELETED", obj)
         for k, obj in items.items():
             old = store.get(k)
-            if old is None or not _same_version(old, obj):
+            if old is None or not same_version(old, obj):
                 self.observed(w, "ADDED" if old is None else "MODIFIED", obj)
         self.cache.listed.add(w.kind)
 

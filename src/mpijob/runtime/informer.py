@@ -191,7 +191,7 @@ class Informer:
             # Unchanged since the store got it (a relist of a steady cluster: nearly every object): the
             # cached view is the slimmed object at that version, so the store is not held twice meanwhile.
             old = cached(index, key) if cached is not None else None
-            if old is not None and _same_version(old, item):
+            if old is not None and (item.get("metadata") or {}).get("resourceVersion") and same_version(old, item):
                 items[key] = old
                 continue
             item.setdefault("kind", kind)
@@ -256,9 +256,10 @@ class Informer:
         self.backoff.reset()
 
 
-def _same_version(view: Obj, item: Obj) -> bool:
-    old, new = view.get("metadata") or {}, item.get("metadata") or {}
-    return bool(new.get("resourceVersion")) and all(old.get(k) == new.get(k) for k in ("uid", "resourceVersion"))
+def same_version(a: Obj, b: Obj) -> bool:
+    """The same object at the same resourceVersion (uid and resourceVersion equal)."""
+    ma, mb = a.get("metadata") or {}, b.get("metadata") or {}
+    return bool(ma.get("uid") == mb.get("uid") and ma.get("resourceVersion") == mb.get("resourceVersion"))
 
 
 def _short(err: Exception) -> str:
