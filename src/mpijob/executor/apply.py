@@ -18,7 +18,7 @@ from mpijob.api.constants import EVENT_SOURCE
 from mpijob.api.models import API_VERSION
 from mpijob.api.objects import controller_uid
 from mpijob.executor.client import ApiError, Client, Writer
-from mpijob.executor.events import POST_ERRORS, EventPoster
+from mpijob.executor.events import EventPoster, post_event
 from mpijob.executor.resources import collection_path, object_path
 from mpijob.executor.sshkeys import ssh_key_pair
 from mpijob.planner.actions import (
@@ -347,10 +347,5 @@ class Executor:
         path = collection_path("v1", "Event", namespace)
         if self.events is not None:
             await self.events.post(path, body, str(meta.get("uid")))
-            return
-        try:
-            await self.client.create(path, body)
-        except POST_ERRORS as err:
-            # An Event is best effort: never fail a reconcile on it. A timeout or a dropped connection too: the
-            # writes it announces are done, and failing here would back the job off for nothing.
-            log.warning("could not post event %s: %s", event.reason, err or type(err).__name__)
+        else:
+            await post_event(self.client.create, path, body)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Protocol
 
@@ -27,6 +28,18 @@ log = logging.getLogger("mpijob.executor")
 
 # Failures of a post that are logged and dropped (an Event never fails a reconcile).
 POST_ERRORS = (ApiError, TimeoutError, aiohttp.ClientError, OSError)
+
+
+async def post_event(create: Callable[..., Awaitable[Any]], path: str, body: dict[str, Any], **how: Any) -> bool:
+    """Posts one Event; False (logged) when it could not. An Event is best effort: never fail a reconcile on
+    it. A timeout or a dropped connection too: the writes it announces are done, and failing would back the
+    job off for nothing."""
+    try:
+        await create(path, body, **how)
+    except POST_ERRORS as err:
+        log.warning("could not post event %s: %s", body.get("reason"), err or type(err).__name__)
+        return False
+    return True
 
 
 class Creator(Protocol):
@@ -57,13 +70,10 @@ class EventPoster:
     async def _send(self, path: str, body: dict[str, Any], before: asyncio.Task[None] | None) -> None:
         if before is not None and not before.done():
             await asyncio.wait([before])
-        try:
-            await self.client.create(path, body, priority=LOW)
-        except POST_ERRORS as err:
+        if await post_event(self.client.create, path, body, priority=LOW):
+            self.posted += 1
+        else:
             self.failed += 1
-            log.warning("could not post event %s: %s", body.get("reason"), err or type(err).__name__)
-            return
-        self.posted += 1
 
     def _done(self, job: str, task: asyncio.Task[None]) -> None:
         self.pending.discard(task)
