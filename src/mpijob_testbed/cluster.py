@@ -407,18 +407,21 @@ def up(
         return _start_fresh(layout, resolve_bin_dir(bin_dir), nodes, echo, with_, real_count)
 
 
+# The names of every process a testbed may run (control plane, real-node components, cluster DNS).
+ALL_PROCESSES = (*COMPONENTS, *realnode.NODE_COMPONENTS, "coredns")
+
+
 def _abandoned(layout: Layout) -> bool:
     """True when nothing of the testbed at `layout` runs and no `up` or `down` holds it: its run was killed."""
     if not layout.marker.exists():
         return False
-    names = (*COMPONENTS, *realnode.NODE_COMPONENTS, "coredns")
     with open(layout.lock, "a") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
         try:
-            return not processes.find_processes(f"{layout.root}{os.sep}", names)
+            return not processes.find_processes(f"{layout.root}{os.sep}", ALL_PROCESSES)
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
 

@@ -39,7 +39,6 @@ from mpijob.cli.operator import install_crd
 from mpijob.executor.client import Client
 from mpijob_testbed import SPOT_ITN_TAINT, cluster, create_node, delete_node, hoststate, processes, realnode, taint_node
 from mpijob_testbed.client import load_api_client
-from mpijob_testbed.components import COMPONENTS
 from mpijob_testbed.nodes import spread_over
 from mpijob_testbed.paths import repo_root, resolve_bin_dir
 
@@ -719,9 +718,10 @@ def test_up_takes_down_a_real_node_testbed_whose_run_was_killed(
             os.kill(int(pid_file.read_text()), 9)
     # A killed run's processes are gone by the time the next run starts; under load a SIGKILLed process can
     # take a moment to die (a syscall in progress). Wait for that, and name any that does not die.
-    names = (*COMPONENTS, *realnode.NODE_COMPONENTS, "coredns")
     deadline = time.monotonic() + 60
-    while (left := processes.find_processes(f"{killed}{os.sep}", names)) and time.monotonic() < deadline:
+    while (
+        left := processes.find_processes(f"{killed}{os.sep}", cluster.ALL_PROCESSES)
+    ) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not left, f"processes of the killed testbed still alive after SIGKILL: {left}"
     assert realnode.bridge_owner() == killed
