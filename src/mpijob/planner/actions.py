@@ -104,7 +104,8 @@ class Plan(Sequence[Action]):
     - mark: the leaving annotations on the workers that leave.
     - discovery: the ConfigMap (hostfile, script, list) and launcher nudges that add hosts or change nothing
       a launcher could act on wrongly.
-    - announce: Events of the decisions above that are not one write's (NodeTerminating, WorkersLeaving, ...).
+    - announce: Events of the decisions above that are not one write's (WorkersLeaving, ...); those of the
+      decisions the record makes (NodeTerminating, WorkerLost, ...) ride on its patch instead.
     - children: the job's other objects (Service, PDB, PodGroup, discovery RBAC, launcher Job changes).
     - secret: the SSH Secret's exclusive create, right before the status (see `child_writes.ensure_secret`).
     - status: the status write (its Events are announced with it).

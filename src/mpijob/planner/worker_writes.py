@@ -93,7 +93,10 @@ def within_budget(ctx: PlanContext, decided: WorkerPlan) -> WorkerPlan:
 
 def record_decisions(ctx: PlanContext, decided: WorkerPlan) -> None:
     """The spec patch (phase record) for replicas lowered and names listed by node terminations and lost
-    workers; optimistic on the job's resourceVersion, so a concurrent edit makes the plan be made again."""
+    workers; optimistic on the job's resourceVersion, so a concurrent edit makes the plan be made again.
+    It carries the Events of those decisions (NodeTerminating, WorkerLost, ...): they are posted when the
+    decision is recorded, even if a later write of the batch fails (a mark's 409 when the kubelet updated
+    the pod): the next plan reads the names as listed and would never say why they were."""
     patch: dict[str, Any] = {}
     if decided.new_replicas is not None:
         patch.setdefault("spec", {})["mpiReplicaSpecs"] = {"Worker": {"replicas": decided.new_replicas}}
@@ -110,6 +113,7 @@ def record_decisions(ctx: PlanContext, decided: WorkerPlan) -> None:
                 ctx.name,
                 patch,
                 resource_version=resource_version(ctx.job),
+                announce=decided.events,
             )
         )
 
@@ -192,7 +196,8 @@ def correct_deadlines(ctx: PlanContext, decided: WorkerPlan, deadlines: dict[str
 def announce_decisions(ctx: PlanContext, decided: WorkerPlan) -> None:
     """One Event per decision: workers leaving because of a node are named by its NodeTerminating Event, those
     whose pod is being killed by a WorkersDisrupted Event, the others in one WorkersLeaving Event."""
-    ctx.draft.announce += decided.events
+    if not ctx.draft.record:
+        ctx.draft.announce += decided.events  # else they go with the record (record_decisions)
     announced = {name_of(signal.pod) for signal in decided.signals}
     leaving = [leave for leave in decided.to_leave if name_of(leave.pod) not in announced]
     if leaving:
