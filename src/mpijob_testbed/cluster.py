@@ -426,15 +426,18 @@ def _abandoned(layout: Layout) -> bool:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _take_down_abandoned_real_node(layout: Layout, echo: Echo) -> None:
+def take_down_abandoned_real_node(echo: Echo = print, *, mine: Path | None = None) -> bool:
     """A real-node testbed whose run was killed (a CI job cancelled, a session ended) keeps the host's one
     bridge and its host changes; `down` on its state directory undoes them. Only when nothing of it runs:
-    a live testbed's bridge is refused by `realnode.prepare` as before."""
+    a live testbed's bridge is refused by `realnode.prepare` as before. `up` calls it; so does a test that
+    captures the host's state before its `up` (the leftovers are not the host as it was). True when it
+    took one down."""
     owner = realnode.bridge_owner()
-    if owner is None or owner == layout.root or not _abandoned(Layout(owner)):
-        return
+    if owner is None or owner == mine or not _abandoned(Layout(owner)):
+        return False
     _say(echo, f"the real-node testbed at {owner} was left behind (nothing of it runs); taking it down")
     down(owner, echo=echo)
+    return True
 
 
 def _start_fresh(
@@ -442,7 +445,7 @@ def _start_fresh(
 ) -> Testbed:
     ensure_binaries(bin_dir, echo=echo)
     if real_nodes:
-        _take_down_abandoned_real_node(layout, echo)
+        take_down_abandoned_real_node(echo, mine=layout.root)
     real = realnode.prepare(layout, echo, real_nodes) if real_nodes else []
     started = time.monotonic()
     ports = Ports(*free_ports(6))

@@ -73,6 +73,9 @@ def real_testbed(request: pytest.FixtureRequest) -> Iterator[tuple[cluster.Testb
         cannot_run(f"real node not possible here: {reason}")
     # Short: containerd's socket lives inside and unix socket paths are limited to 107 bytes.
     state_dir = Path(tempfile.mkdtemp(prefix="mpijob-rn-"))
+    # A killed run's testbed (its mounts, cgroups, sysctls) is not the host as found: `up` would take it down
+    # and the test of `down` would count what it removed (seen after a session ended mid-run).
+    cluster.take_down_abandoned_real_node()
     before = hoststate.capture()
     t = time.monotonic()
     tb = cluster.up(nodes=2, state_dir=state_dir, real_nodes=count)
@@ -671,6 +674,9 @@ def test_down_after_the_kubelet_and_containerd_were_killed_still_leaves_the_host
     if real_testbed[0].state_dir.exists():  # run alone (-k): the module's node must go first
         cluster.down(real_testbed[0].state_dir)
     state_dir = Path(tempfile.mkdtemp(prefix="mpijob-rn-"))
+    # A killed run's testbed (its mounts, cgroups, sysctls) is not the host as found: `up` would take it down
+    # and the test of `down` would count what it removed (seen after a session ended mid-run).
+    cluster.take_down_abandoned_real_node()
     before = hoststate.capture()
     tb = cluster.up(nodes=1, state_dir=state_dir, real_node=True)
     try:
