@@ -16,7 +16,7 @@ from mpijob.executor.apply import Executor
 from mpijob.executor.client import ApiError
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime.controller import Controller
-from mpijob.runtime.informer import Backoff, Informer, informers
+from mpijob.runtime.informer import BUSY_RECHECK, Backoff, Informer, informers
 from mpijob.runtime.kinds import BY_KIND
 
 from .builders import mpijob, worker
@@ -288,3 +288,23 @@ def test_a_listed_object_has_the_kind_and_api_version_a_watch_event_would_give_i
 
     asyncio.run(go())
     assert [(o["kind"], o["apiVersion"]) for o in kept] == [("MPIJob", "kubeflow.org/v2beta1")]
+
+
+def _due_informer(busy: bool | None) -> Informer:
+    informer = Informer(PODS, "/api/v1/pods", None, Sink(), relist=300.0)  # type: ignore[arg-type]
+    informer.resource_version, informer.relist_at = "10", 1000.0
+    if busy is not None:
+        informer.busy = lambda: busy
+    return informer
+
+
+def test_a_periodic_relist_due_in_a_burst_waits_for_the_controller_to_be_idle_at_most_one_more_period() -> None:
+    idle, busy, unwired = _due_informer(False), _due_informer(True), _due_informer(None)
+
+    assert idle.until_list(900.0) == busy.until_list(900.0) == 100.0  # not due yet: the same for all
+    assert idle.until_list(1000.0) <= 0 and unwired.until_list(1000.0) <= 0
+    assert busy.until_list(1000.0) == BUSY_RECHECK  # due in a burst: looked at again soon, watching meanwhile
+    assert busy.until_list(1290.0) == 10.0  # never past one more period
+    assert busy.until_list(1300.0) <= 0
+    busy.resource_version = None
+    assert busy.until_list(900.0) <= 0  # a first list or a 410's relist never waits

@@ -180,3 +180,19 @@ def test_a_ready_pass_that_waits_stays_a_ready_pass() -> None:
         assert not queue.in_later_lane("j")
 
     asyncio.run(scenario())
+
+
+def test_the_queue_is_busy_while_a_key_is_pending_or_running_and_not_for_a_timer() -> None:
+    async def scenario() -> None:
+        queue = WorkQueue()
+        assert not queue.busy()
+        queue.add_after("timer", 60)
+        assert not queue.busy(), "a requeue_after is not work yet"
+        queue.add("job")
+        assert queue.busy()
+        assert await _take(queue) == "job"
+        assert queue.busy(), "being reconciled"
+        queue.done("job")
+        assert not queue.busy()
+
+    asyncio.run(scenario())

@@ -117,7 +117,8 @@ def register(subparsers: Any) -> None:
         "--resync-period",
         type=float,
         default=float(os.environ.get("MPIJOB_RESYNC_PERIOD", "300")),
-        help="seconds between relists that drop cached objects deleted during a watch gap (jittered)",
+        help="seconds between relists that drop cached objects deleted during a watch gap (jittered; one due "
+        "while reconciles are queued waits for them, at most one more period)",
     )
     op.set_defaults(func=_operator)
 

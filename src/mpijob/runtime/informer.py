@@ -13,7 +13,9 @@ full jitter, reset by a list or a watch that delivered something. A watch that d
 bookmark, for `stall` seconds is taken for a dead connection (a half-open TCP stream, a proxy that
 stopped forwarding) and restarted from its last resourceVersion. A kind the API server does not serve yet
 (404: a CRD created after the operator started) is retried with the same backoff until it is served.
-Every `relist` seconds (jittered) a list replaces the store again: a safety net, not a mechanism.
+Every `relist` seconds (jittered) a list replaces the store again: a safety net, not a mechanism. So it
+waits while the controller is busy (`busy`: a burst of reconciles, when a list of every pod competes with
+the plans for the one core), at most one more period; the watch keeps the store current meanwhile.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ WATCH_TIMEOUT = (300, 600)
 STALL = 150.0
 RELIST = 300.0
 JITTER = 0.2
+# A periodic relist due while the controller is busy is looked at again this often (the watch is restarted
+# from its resourceVersion in between: one request, nothing replayed).
+BUSY_RECHECK = 15.0
 # Backoff on errors: from 0.2 s doubling to 30 s, with full jitter.
 BACKOFF = (0.2, 30.0)
 # What an unreachable or restarting API server raises besides an HTTP error.
@@ -129,6 +134,8 @@ class Informer:
     cached: Callable[[str, Any], Obj | None] | None = None
     # Called after each list is in the store (runtime/heap.py: the pages' freed heap is returned then).
     on_listed: Callable[[], None] | None = None
+    # True while the controller has work queued or running: a periodic relist waits (see the module's doc).
+    busy: Callable[[], bool] | None = None
 
     @property
     def name(self) -> str:
@@ -138,11 +145,12 @@ class Informer:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                if self.resource_version is None or loop.time() >= self.relist_at:
+                if (wait := self.until_list(loop.time())) <= 0:
                     await self._list()
                     self.relist_at = loop.time() + self.relist * (1 + random.uniform(-JITTER, JITTER))
                     self.backoff.reset()
-                await self._watch(max(1, int(self.relist_at - loop.time())))
+                    wait = self.relist_at - loop.time()
+                await self._watch(max(1, int(wait)))
             except asyncio.CancelledError:
                 raise
             except Gone:
@@ -160,6 +168,18 @@ class Informer:
                 level = logging.INFO if isinstance(err, ApiError) and err.status == 404 else logging.WARNING
                 log.log(level, "informer %s: %s; retrying in %.1f s", self.name, _short(err), delay)
                 await asyncio.sleep(delay)
+
+    def until_list(self, now: float) -> float:
+        """Seconds until the next list, <= 0 for now: at once without a resourceVersion; at `relist_at`,
+        unless the controller is busy then, in which case up to one more `relist` later."""
+        if self.resource_version is None:
+            return 0.0
+        if now < self.relist_at:
+            return self.relist_at - now
+        latest = self.relist_at + self.relist
+        if self.busy is None or now >= latest or not self.busy():
+            return 0.0
+        return min(BUSY_RECHECK, latest - now)
 
     async def _list(self) -> None:
         """A paged list; the store is replaced only once every page is in (a partial list proves nothing)."""

@@ -168,6 +168,7 @@ def _informers(options: OperatorOptions, client: Client, controller: Controller)
         stall=options.watch_stall,
         cached=controller.cache.get,
         on_listed=trimmer.listed,
+        busy=controller.queue.busy,
     )
 
 

@@ -47,6 +47,10 @@ class WorkQueue:
     def __len__(self) -> int:
         return len(self._dirty)
 
+    def busy(self) -> bool:
+        """Keys pending or being reconciled (timers not counted: a requeue_after is not work yet)."""
+        return bool(self._dirty or self._processing)
+
     def add(self, key: Hashable) -> None:
         if key in self._later_timers:
             self._later_timers.discard(key)
