@@ -117,8 +117,7 @@ def register(subparsers: Any) -> None:
         "--resync-period",
         type=float,
         default=float(os.environ.get("MPIJOB_RESYNC_PERIOD", "300")),
-        help="seconds between relists that drop cached objects deleted during a watch gap (jittered; one due "
-        "while reconciles are queued waits for them, at most one more period)",
+        help="seconds between relists that drop objects deleted in a watch gap (jittered; waits out a burst)",
     )
     op.set_defaults(func=_operator)
 
