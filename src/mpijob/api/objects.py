@@ -26,17 +26,25 @@ def is_true(status: Obj, kind: str) -> bool:
     return cond is not None and cond.get("status") == "True"
 
 
+# The planner reads names, uids and owners hundreds of times per plan: these accessors are its hottest
+# functions (bench: `plan()` profile), so they read the dicts directly instead of through `meta`. Never
+# written to (they only read).
+_EMPTY: Obj = {}
+
+
 def meta(obj: Obj) -> Obj:
-    value: Obj = obj.get("metadata") or {}
+    value: Obj = obj.get("metadata") or {}  # a fresh dict, not _EMPTY: a caller may write to it
     return value
 
 
 def name_of(obj: Obj) -> str:
-    return str(meta(obj).get("name", ""))
+    name = (obj.get("metadata") or _EMPTY).get("name", "")
+    return name if type(name) is str else str(name)
 
 
 def uid_of(obj: Obj) -> str:
-    return str(meta(obj).get("uid", ""))
+    uid = (obj.get("metadata") or _EMPTY).get("uid", "")
+    return uid if type(uid) is str else str(uid)
 
 
 def resource_version(obj: Obj) -> str | None:
@@ -56,7 +64,7 @@ def annotations_of(obj: Obj) -> dict[str, str]:
 
 
 def controller_uid(obj: Obj) -> str | None:
-    for ref in meta(obj).get("ownerReferences") or []:
+    for ref in (obj.get("metadata") or _EMPTY).get("ownerReferences") or ():
         if ref.get("controller"):
             return str(ref.get("uid"))
     return None
@@ -65,12 +73,12 @@ def controller_uid(obj: Obj) -> str | None:
 def is_owned_by(obj: Obj, owner: Obj) -> bool:
     """`owner` is `obj`'s controller. Owner references are namespace-local: one across namespaces (a uid
     copied into another namespace's object) is ignored."""
-    ns = meta(obj).get("namespace")
+    ns = (obj.get("metadata") or _EMPTY).get("namespace")
     return controller_uid(obj) == uid_of(owner) and (ns is None or ns == meta(owner).get("namespace"))
 
 
 def is_terminating(obj: Obj) -> bool:
-    return meta(obj).get("deletionTimestamp") is not None
+    return (obj.get("metadata") or _EMPTY).get("deletionTimestamp") is not None
 
 
 def parse_time(value: str | None) -> datetime | None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 
-from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
+from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS, LABEL_JOB_ROLE, ROLE_WORKER, worker_index
 from mpijob.api.models import MANAGED_BY_US
 from mpijob.api.objects import (
     Obj,
@@ -111,6 +112,23 @@ class Snapshot:
     # Exclusive creates of this job (the SSH Secret) the operator made, by (kind, name): the uid it created,
     # or None when the name was taken (AlreadyExists). The operator does not watch Secrets (issue 8, rule 12).
     created: Mapping[tuple[str, str], str | None] = field(default_factory=dict)
+
+    @cached_property
+    def workers(self) -> tuple[Obj, ...]:
+        """The job's worker pods (workers.workers_of); computed once per snapshot, which the plan reads
+        several times."""
+        job_name = name_of(self.job)
+        prefix = f"{job_name}-worker-"
+        found = []
+        for pod in self.owned_pods:
+            if not is_owned_by(pod, self.job):
+                continue
+            role = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB_ROLE)
+            if role == ROLE_WORKER or (
+                role is None and name_of(pod).startswith(prefix) and worker_index(job_name, name_of(pod)) is not None
+            ):
+                found.append(pod)
+        return tuple(found)
 
     def confirmed_absent(self, kind: str, name: str) -> bool:
         return self.absence_checks.get((kind, name)) is True

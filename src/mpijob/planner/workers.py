@@ -87,19 +87,8 @@ class WorkerPlan:
 
 
 def workers_of(snapshot: Snapshot) -> list[Obj]:
-    job_name = name_of(snapshot.job)
-    return [
-        p
-        for p in snapshot.owned_pods
-        if is_owned_by(p, snapshot.job)
-        and (
-            labels_of(p).get(constants.LABEL_JOB_ROLE) == constants.ROLE_WORKER
-            or (
-                labels_of(p).get(constants.LABEL_JOB_ROLE) is None
-                and constants.worker_index(job_name, name_of(p)) is not None
-            )
-        )
-    ]
+    """Pods this job controls that are workers: by role label, or, without one, by a worker's name."""
+    return list(snapshot.workers)
 
 
 def index_of(job_name: str, pod: Obj) -> int:
