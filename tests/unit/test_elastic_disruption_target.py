@@ -13,7 +13,7 @@ import pytest
 
 from mpijob.api import constants as c
 from mpijob.planner import discovery
-from mpijob.planner.actions import Action
+from mpijob.planner.actions import Action, Defer
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Obj
 
@@ -257,3 +257,27 @@ def test_world_a_graceful_node_shutdown_takes_the_worker_out_of_discovery_before
     assert world.discovered("pi") == ["pi-worker-0", "pi-worker-2"]
     assert world.workers_to_delete("pi") == []
     assert world.errors == []
+
+
+def test_world_a_disruption_is_announced_once_even_when_the_mark_after_its_record_meets_a_409() -> None:
+    """The kubelet updates the pod it is about to stop: a leaving mark planned before that update gets a 409,
+    after the spec patch recorded the decision. The WorkersDisrupted Event rides on that patch; it used to be
+    lost (the next plan reads the name as listed)."""
+    world = World(placement=["node-1", "node-2"])
+    world.add_nodes("node-1", "node-2")
+    world.add(mpijob(workers=4, elastic_policy=elastic(2, 8, grace=GRACE, regrow=NO_REGROW)))
+    world.settle("pi")
+    world.disrupt("pi-worker-1", "TerminationByKubelet")
+    actions = plan(world.snapshot("pi"))
+    while any(isinstance(a, Defer) for a in actions):
+        world.apply(actions)
+        actions = plan(world.snapshot("pi"))
+    assert [p for p in patched_pods(actions) if p == "pi-worker-1"], actions
+    world.objects[("Pod", "pi-worker-1")]["metadata"]["resourceVersion"] = world.next_rv()  # the kubelet's write
+
+    err = world.apply(actions)
+    world.settle("pi")
+
+    assert err is not None and err.code == 409
+    said = [e.message for e in world.events if e.reason == "WorkersDisrupted"]
+    assert len(said) == 1 and "pi-worker-1" in said[0] and "TerminationByKubelet" in said[0], said
