@@ -93,8 +93,8 @@ class TokenBucket:
             await future
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():
-                # Handed a token as it was cancelled: give it back to the next waiter.
-                self.tokens += 1
+                # Handed a token as it was cancelled: give it back to the next waiter (never above the burst).
+                self.tokens = min(self.capacity, self.tokens + 1)
                 self._dispatch()
             raise
 
