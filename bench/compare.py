@@ -6,6 +6,7 @@ mpijob, each on a fresh testbed, with the same manifests and the same client set
     .venv/bin/python bench/compare.py --jobs 500         # 500 x 8 (--jobs 1000 for 1000 x 8)
     .venv/bin/python bench/compare.py --jobs 2 --idle 5  # the smoke test's size
     .venv/bin/python bench/compare.py --jobs 1250 --only mpijob --no-scale-in  # RSS with 10,000 worker pods
+    .venv/bin/python bench/compare.py --elastic          # mpijob's jobs elastic, the reference's as before
     make compare COMPARE_ARGS="--jobs 500"               # the same from a fresh clone (builds what it needs)
     .venv/bin/python bench/compare.py --jobs 10 --idle 5 --plots docs/img   # + PNG plots of the scale-in
 
@@ -74,10 +75,12 @@ def say(message: str) -> None:
 
 
 # -- the workload ----------------------------------------------------------------------------------------
-def manifest(name: str, workers: int) -> dict[str, Any]:
-    """The same MPIJob for both operators: OpenMPI (the default), no elasticPolicy, no extras."""
+def manifest(name: str, workers: int, elastic: bool = False) -> dict[str, Any]:
+    """The same MPIJob for both operators: OpenMPI (the default), no elasticPolicy, no extras. `elastic`
+    (mpijob only, `--elastic`): with an elasticPolicy, so the job gets its elastic objects too (a
+    PodDisruptionBudget, the launcher's ServiceAccount, Role and RoleBinding, its discovery annotation)."""
     image = "mpioperator/openmpi:latest"
-    return {
+    job = {
         "apiVersion": "kubeflow.org/v2beta1",
         "kind": "MPIJob",
         "metadata": {"name": name, "namespace": NAMESPACE},
@@ -99,6 +102,9 @@ def manifest(name: str, workers: int) -> dict[str, Any]:
             },
         },
     }
+    if elastic:
+        job["spec"]["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": workers}  # type: ignore[index]
+    return job
 
 
 # -- the two operators -----------------------------------------------------------------------------------
@@ -376,7 +382,8 @@ async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Name
         start = time.monotonic()
         path = f"/apis/kubeflow.org/v2beta1/namespaces/{NAMESPACE}/mpijobs"
         for i in range(0, jobs, 20):
-            await asyncio.gather(*(client.create(path, manifest(n, workers)) for n in names[i : i + 20]))
+            elastic = args.elastic and side.name == "mpijob"
+            await asyncio.gather(*(client.create(path, manifest(n, workers, elastic)) for n in names[i : i + 20]))
         pods = jobs * (workers + 1)
         done = await view.until(lambda: view.running >= pods, args.timeout, f"{pods} pods Running")
         out["create_to_all_running_s"] = done - start
@@ -572,7 +579,14 @@ def main() -> int:
         action="store_true",
         help="stop after the idle measurement (e.g. --jobs 1250 --only mpijob: RSS with 10,000 worker pods cached)",
     )
+    parser.add_argument(
+        "--elastic",
+        action="store_true",
+        help="mpijob's jobs with an elasticPolicy (the reference's as before; implies --no-scale-in: elastic "
+        "discovery is not the script this benchmark reads)",
+    )
     args = parser.parse_args()
+    args.no_scale_in = args.no_scale_in or args.elastic
     if args.profile and not (Path(sys.executable).parent / "py-spy").exists():
         parser.error("--profile needs py-spy in this venv: .venv/bin/pip install py-spy")
     WORK.mkdir(parents=True, exist_ok=True)
