@@ -118,15 +118,12 @@ class Snapshot:
         """The job's worker pods (workers.workers_of); computed once per snapshot, which the plan reads
         several times."""
         job_name = name_of(self.job)
-        prefix = f"{job_name}-worker-"
         found = []
         for pod in self.owned_pods:
             if not is_owned_by(pod, self.job):
                 continue
             role = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB_ROLE)
-            if role == ROLE_WORKER or (
-                role is None and name_of(pod).startswith(prefix) and worker_index(job_name, name_of(pod)) is not None
-            ):
+            if role == ROLE_WORKER or (role is None and worker_index(job_name, name_of(pod)) is not None):
                 found.append(pod)
         return tuple(found)
 
