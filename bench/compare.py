@@ -381,8 +381,8 @@ async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Name
         say(f"{side.name}: creating {jobs} MPIJobs x {workers} workers")
         start = time.monotonic()
         path = f"/apis/kubeflow.org/v2beta1/namespaces/{NAMESPACE}/mpijobs"
+        elastic = args.elastic and side.name == "mpijob"
         for i in range(0, jobs, 20):
-            elastic = args.elastic and side.name == "mpijob"
             await asyncio.gather(*(client.create(path, manifest(n, workers, elastic)) for n in names[i : i + 20]))
         pods = jobs * (workers + 1)
         done = await view.until(lambda: view.running >= pods, args.timeout, f"{pods} pods Running")
