@@ -60,6 +60,14 @@ def _skip_reason() -> str | None:
     return realnode.machine_supports_real_node()
 
 
+def host_as_found() -> dict[str, Any]:
+    """The host's state before a test's `up`. A killed run's testbed (its mounts, cgroups, sysctls) is not the
+    host as found: `up` would take it down and the test of `down` would count what it removed (seen after a
+    session ended mid-run), so it goes first."""
+    cluster.take_down_abandoned_real_node()
+    return hoststate.capture()
+
+
 @pytest.fixture(scope="module")
 def real_testbed(request: pytest.FixtureRequest) -> Iterator[tuple[cluster.Testbed, dict[str, Any]]]:
     count = int(getattr(request.module, "REAL_NODES", 1))
@@ -73,10 +81,7 @@ def real_testbed(request: pytest.FixtureRequest) -> Iterator[tuple[cluster.Testb
         cannot_run(f"real node not possible here: {reason}")
     # Short: containerd's socket lives inside and unix socket paths are limited to 107 bytes.
     state_dir = Path(tempfile.mkdtemp(prefix="mpijob-rn-"))
-    # A killed run's testbed (its mounts, cgroups, sysctls) is not the host as found: `up` would take it down
-    # and the test of `down` would count what it removed (seen after a session ended mid-run).
-    cluster.take_down_abandoned_real_node()
-    before = hoststate.capture()
+    before = host_as_found()
     t = time.monotonic()
     tb = cluster.up(nodes=2, state_dir=state_dir, real_nodes=count)
     print(f"testbed with {count} real node(s) up in {time.monotonic() - t:.1f}s")
@@ -674,10 +679,7 @@ def test_down_after_the_kubelet_and_containerd_were_killed_still_leaves_the_host
     if real_testbed[0].state_dir.exists():  # run alone (-k): the module's node must go first
         cluster.down(real_testbed[0].state_dir)
     state_dir = Path(tempfile.mkdtemp(prefix="mpijob-rn-"))
-    # A killed run's testbed (its mounts, cgroups, sysctls) is not the host as found: `up` would take it down
-    # and the test of `down` would count what it removed (seen after a session ended mid-run).
-    cluster.take_down_abandoned_real_node()
-    before = hoststate.capture()
+    before = host_as_found()
     tb = cluster.up(nodes=1, state_dir=state_dir, real_node=True)
     try:
         pod = {
@@ -716,7 +718,7 @@ def test_up_takes_down_a_real_node_testbed_whose_run_was_killed(
     behind; the next real-node `up` finds that nothing of that testbed runs, takes it down and starts."""
     if real_testbed[0].state_dir.exists():
         cluster.down(real_testbed[0].state_dir)
-    before = hoststate.capture()
+    before = host_as_found()
     killed = Path(tempfile.mkdtemp(prefix="mpijob-rn-"))
     cluster.up(nodes=1, state_dir=killed, real_node=True)
     for pid_file in killed.glob("*.pid"):
