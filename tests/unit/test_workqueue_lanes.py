@@ -50,6 +50,41 @@ def test_the_later_lane_is_served_first_while_under_its_limit() -> None:
     asyncio.run(scenario())
 
 
+def test_while_a_burst_waits_in_the_ready_lane_later_passes_run_one_at_a_time() -> None:
+    """A spot taint queues every job on the node at once: their urgent passes get the workers (and the CPU),
+    and the later lane still moves, one pass at a time (never starved, however long the burst)."""
+
+    async def scenario() -> None:
+        queue = WorkQueue(later_limit=4)
+        for job in ("d1", "d2", "d3"):
+            queue.add_later(job)
+        for job in ("u1", "u2", "u3", "u4"):
+            queue.add(job)
+        taken = [await _take(queue) for _ in range(4)]
+        assert taken == ["d1", "u1", "u2", "u3"], "one later pass, then the burst"
+        queue.done("d1")
+        assert await _take(queue) == "d2", "the finished later pass hands its turn to the next one"
+        assert await _take(queue) == "u4"
+        assert await _take(queue) == "d3", "the ready lane is empty: the later lane may use its whole share"
+
+    asyncio.run(scenario())
+
+
+def test_a_burst_arriving_while_later_passes_run_starts_no_more_of_them() -> None:
+    async def scenario() -> None:
+        queue = WorkQueue(later_limit=3)
+        for job in ("d1", "d2", "d3", "d4"):
+            queue.add_later(job)
+        assert [await _take(queue), await _take(queue)] == ["d1", "d2"]
+        queue.add("u1")
+        queue.add("u2")
+        assert [await _take(queue), await _take(queue)] == ["u1", "u2"]
+        assert await _take(queue) == "d3", "below its share again once the burst is taken"
+        assert await _take(queue) is None, "at its share (3): the rest stay for the ready lane"
+
+    asyncio.run(scenario())
+
+
 def test_an_event_for_a_key_in_the_later_lane_leaves_it_there() -> None:
     """The deferred pass's own ConfigMap write comes back as an event at once: it must not jump the queue."""
 

@@ -6,7 +6,10 @@ pass (a job whose urgent discovery writes are done, `Plan.leave_discovery`): tho
 QPS budget for seconds when many jobs were affected at once, and if they could take every worker, the next
 job's urgent pass would wait behind them (a mass scale-in: each patched job waited for a worker while 16 of
 them waited for tokens). So the later lane is taken first while fewer than `later_limit` of its passes run,
-and never by more: the other workers stay free for the ready lane. A key pending in the later lane stays
+and never by more: the other workers stay free for the ready lane. And while the ready lane has keys waiting
+(a burst: a spot taint queues every job on the node at once), a later-lane pass starts only when none runs:
+the passes that put a job's leaving workers out of discovery get the CPU and the workers, and the later
+lane still moves, one pass at a time, however long the burst. A key pending in the later lane stays
 there when an event adds it (its own ConfigMap write's event would, at once); that pass reads the event's
 change too. So does a later-lane pass that found the cache behind its own write and waits for it
 (`add_after(..., later=True)`): the event it waits for sends it back to the later lane, not to the ready one,
@@ -134,7 +137,13 @@ class WorkQueue:
         return keys
 
     def _later_may_run(self) -> bool:
-        return bool(self._later) and (self.later_limit is None or len(self._later_running) < self.later_limit)
+        if not self._later:
+            return False
+        running = len(self._later_running)
+        if self._ready:
+            # A burst waits in the ready lane: one later-lane pass at a time, so that lane is never starved.
+            return running == 0
+        return self.later_limit is None or running < self.later_limit
 
     async def get(self) -> Hashable:
         while not (self._later_may_run() or self._ready):
