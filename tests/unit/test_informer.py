@@ -6,6 +6,7 @@ the warm gate."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -131,7 +132,8 @@ def test_watches_resume_from_the_last_event_or_bookmark_and_lines_may_span_chunk
 
 
 @pytest.mark.parametrize("how", ["http", "event"])
-def test_410_gone_relists(how: str) -> None:
+def test_410_gone_relists(how: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="mpijob.informer")
     gone = (
         _Response(410, [])
         if how == "http"
@@ -144,6 +146,10 @@ def test_410_gone_relists(how: str) -> None:
     assert sink.log == [("LIST", "a,b"), ("LIST", "b,c")]
     assert [q["resourceVersion"] for q in server.watch_queries] == ["10", "30"]
     assert informer.counters.gone == 1
+    # Each list is logged with why it ran and what it held, so a burst's profile can be read against it.
+    lists = [r.getMessage() for r in caplog.records if r.name == "mpijob.informer" and " objects, " in r.getMessage()]
+    assert [m.split(":")[0] for m in lists] == ["first list Pod", "relist after 410 Pod"]
+    assert lists[1].startswith("relist after 410 Pod: 2 objects, 1 pages, ")
 
 
 def test_a_watch_silent_past_the_stall_bound_is_restarted_from_its_resource_version() -> None:
