@@ -24,7 +24,10 @@ mix. Regrow is off, as in bench/discovery.py, so the figures are those of the ta
    from watches opened before the restart, which jobs' objects (pods, ConfigMaps, MPIJobs, Events) changed
    after the new operator started: a job of the taint group (steady since) must have none. The leaving
    workers' recorded decision must be carried on: each is deleted at the deadline written before the
-   restart (seconds from that deadline to its deletion), with its leaving-since unchanged.
+   restart (seconds from that deadline to its deletion), with its leaving-since unchanged;
+5. the floor: with the operator stopped, this script makes the taint's burst of ConfigMap writes itself (one
+   per taint-group job, all at once, 16 in flight, no QPS limit) and times each from the start until the same
+   kind of watch shows it: what this testbed allows for the taint's figure, whatever the operator.
 
     .venv/bin/python bench/scale.py --jobs 50 --workers 8 --nodes 8 --scale-in-jobs 12   # a small trial
     flock /tmp/mpijob-realnode.lock nice -n 5 .venv/bin/python bench/scale.py --dir /tmp/scale-testbed
@@ -498,6 +501,37 @@ class Run:
         self.out |= summary(late, "restart_recorded_deadline_to_deletion")
         self.out["restart_start_to_last_leaving_deleted_s"] = round(max(a for a, _ in gone.values()) - started, 2)
 
+    async def floor(self, operator: Operator) -> None:
+        """What the machine itself allows for the taint's burst: with the operator stopped, this script writes
+        a change to the discovery ConfigMap of every job of the taint group, all at once, 16 at a time (the
+        operator's reconcilers) with no QPS limit, and times each from the start until the same watch as the
+        taint's shows it. No operator can do the taint's writes faster on this testbed: its figure minus this
+        one is the operator's own part (planning, its client, the node event reaching it)."""
+        operator.stop()
+        names = [f"{n}-config" for n, g in self.groups.items() if g == TAINT]
+        cms = await self.stream(self.v1.list_namespaced_config_map, self.ns)
+        path = collection_path("v1", "ConfigMap", self.ns)
+        filler = "x" * 400  # about the size of the operator's discovery patch (a few host lines)
+        self.out["load_at_floor"] = load_average()
+        first = time.monotonic()
+        body = {"data": {"bench-floor": filler}}
+        await self.many([functools.partial(self.kube.merge_patch, f"{path}/{n}", body) for n in names])
+        self.out["floor_patch_requests_s"] = round(time.monotonic() - first, 2)
+
+        def seen() -> dict[str, float]:
+            # Per ConfigMap: seconds from the start to the watch event with the floor's key (one write each).
+            return {
+                str(cm["metadata"]["name"]): at - first
+                for at, kind, cm in cms.events
+                if kind == "MODIFIED" and (cm.get("data") or {}).get("bench-floor")
+            }
+
+        async def all_seen() -> bool:
+            return len(seen()) >= len(names)
+
+        await seconds_until(all_seen, what="every floor write in the watch", within=300, interval=0.2)
+        self.out |= summary(list(seen().values()), "floor_burst_start_to_watch")
+
     async def cleanup(self, operator: Operator) -> None:
         for stream in self.streams:
             await stream.stop()
@@ -573,6 +607,7 @@ async def _phases(run: Run, operator: Operator) -> None:
     with _profiled(operator, run.args, "scale-in"):
         leaving = await run.scale_in(cms)
     await run.restart(operator, leaving)
+    await run.floor(operator)
 
 
 def main() -> int:
