@@ -6,6 +6,8 @@ resourceVersion are unchanged, so the store is not held twice while the pages co
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -212,3 +214,50 @@ def test_the_operator_wires_the_trims_and_the_relist_lookup_into_every_informer_
     assert len(trimmers) == 1  # one Trimmer: a list and an idle queue share the count
     assert controller.queue.on_idle is not None
     assert id(getattr(controller.queue.on_idle, "__self__", None)) in trimmers
+
+
+_TLS_READS = r"""
+import resource, ssl, sys
+from pathlib import Path
+from mpijob.runtime import heap
+from mpijob_testbed.certs import create_pki
+
+pki = create_pki(Path(sys.argv[1]), apiserver_ips=[], clients={})
+heap.configure()
+server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+server.load_cert_chain(pki.apiserver_cert, pki.apiserver_key)
+client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+client.load_verify_locations(pki.ca_cert)
+c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+c = client.wrap_bio(c_in, c_out, server_hostname="localhost")
+s = server.wrap_bio(s_in, s_out, server_side=True)
+for _ in range(10):
+    for end in (c, s):
+        try:
+            end.do_handshake()
+        except ssl.SSLWantReadError:
+            pass
+    s_in.write(c_out.read())
+    c_in.write(s_out.read())
+records = []
+for _ in range(2000):
+    s.write(b"x" * 3000)
+    records.append(s_out.read())
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for record in records:
+    c_in.write(record)
+    c.read(256 * 1024)  # what asyncio's and uvloop's SSL protocols ask for on every read
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def test_a_tls_read_of_the_event_loop_does_not_map_fresh_pages_once_the_heap_is_configured(tmp_path: Any) -> None:
+    """The event loops read TLS with `SSLObject.read(256 KiB)`: with the mmap threshold at that size each read
+    was a mmap, 4 page faults and a munmap (10x the read's CPU); above it, the buffer comes from the heap."""
+    if heap._libc() is None:
+        pytest.skip("malloc is not glibc's: nothing is configured")
+    out = subprocess.run(
+        [sys.executable, "-c", _TLS_READS, str(tmp_path / "pki")], capture_output=True, text=True, check=True
+    )
+    faults = int(out.stdout.strip().splitlines()[-1])
+    assert faults < 500, f"{faults} page faults for 2,000 TLS reads: each read mmapped its buffer"

@@ -6,7 +6,10 @@ glibc raises its trim threshold to twice the largest block it has freed from an 
 top of the heap a relist or a burst of creates left free is never returned: on the testbed at 1,250 x 8,
 36.6 MiB of the heap were free, 20.8 in use. So:
 - `configure()`, at start: fixed thresholds (`mallopt`), which also turn the dynamic raise off: blocks of
-  256 KiB and more are mmapped (returned when freed) and a free top above 1 MiB is returned at once;
+  1 MiB and more are mmapped (returned when freed) and a free top above 1 MiB is returned at once. Not
+  lower: every TLS read of the event loop (asyncio's and uvloop's SSL protocols) asks `SSLObject.read` for
+  256 KiB and shrinks the answer, and a mmap threshold at or below that size made each read a mmap, page
+  faults and a munmap: ~30 us instead of ~3 us per read (docs/design.md, "Memory");
 - `Trimmer`: `malloc_trim(0)` (also returns whole free pages inside the heap, which the threshold does not)
   after each informer list, and when the work queue goes idle after at least `burst` reconciles: the two
   moments that leave the most freed heap behind. Not per reconcile: a trim walks the heap's free lists.
@@ -25,7 +28,9 @@ log = logging.getLogger("mpijob.heap")
 # mallopt's parameter numbers (glibc malloc.h).
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD = 256 * 1024
+# Above the event loops' 256 KiB TLS read buffer (see the module's docstring); a list page's body (500 pods:
+# megabytes) is still mmapped and returned when freed.
+MMAP_THRESHOLD = 1024 * 1024
 TRIM_THRESHOLD = 1024 * 1024
 # Reconciles since the last trim that make an idle queue worth a trim (a burst of creates, a scale-in).
 BURST = 64
