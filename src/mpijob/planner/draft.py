@@ -93,7 +93,7 @@ class PlanContext:
         # The last status as written (the status write is a merge patch from it; only read, never changed,
         # like all of the snapshot) and as read (typed).
         self.old_status: Final[dict[str, Any]] = snapshot.job.get("status") or {}
-        self.previous: Final = conditions.read_status_fields(self.old_status)
+        self.previous: Final = snapshot.last_status
         # Pods of a launcher Job we do not own say nothing about this job.
         launcher = snapshot.launcher
         owned = launcher is not None and is_owned_by(launcher, self.job)

@@ -32,6 +32,7 @@ from mpijob.api.objects import (
     resource_version,
     uid_of,
 )
+from mpijob.planner.status import StatusRead, read_status_fields
 
 # The accessors live in api/objects.py; re-exported for callers that import them from here.
 __all__ = [
@@ -126,6 +127,12 @@ class Snapshot:
             if role == ROLE_WORKER or (role is None and worker_index(job_name, name_of(pod)) is not None):
                 found.append(pod)
         return tuple(found)
+
+    @cached_property
+    def last_status(self) -> StatusRead:
+        """The job's last status, read once per snapshot for every part of the plan that only reads it (the
+        plan read it four times). Never changed: the status a plan builds is a read of its own."""
+        return read_status_fields(self.job.get("status"))
 
     def confirmed_absent(self, kind: str, name: str) -> bool:
         return self.absence_checks.get((kind, name)) is True

@@ -32,7 +32,7 @@ from mpijob.planner.snapshot import (
     pod_node,
     pod_phase,
 )
-from mpijob.planner.status import is_finished, read_status
+from mpijob.planner.status import is_finished
 
 FINISHED_PHASES = ("Failed", "Succeeded")
 # Bad workersToDelete names spelled out in the one Warning that reports them.
@@ -196,7 +196,7 @@ def absences_to_confirm(snapshot: Snapshot, spec: MPIJobSpec) -> list[tuple[str,
                 needed.append(("Node", node))
         if policy.node_termination_policy is NodeTerminationPolicy.SCALE_IN:
             listed = set(policy.workers_to_delete)
-            for name in read_status(snapshot.job.get("status")).discovered_hosts:
+            for name in snapshot.last_status.status.discovered_hosts:
                 if name in names or name in listed:
                     continue
                 if constants.worker_index(name_of(snapshot.job), name) is None:
@@ -214,7 +214,7 @@ def _listed_to_confirm(snapshot: Snapshot, listed: Sequence[str], workers: Seque
     names is worked through MAX_CONFIRMATIONS per reconcile rather than blocking every plan."""
     if not listed:
         return []
-    status = read_status(snapshot.job.get("status"))
+    status = snapshot.last_status.status
     if is_finished(status):
         return []  # a finished job acts on no removal request; reading for one would repeat every reconcile
     recorded = {*status.discovered_hosts, *status.leaving_workers, *(name_of(p) for p in workers)}
@@ -243,7 +243,7 @@ def highest_worker_index(job_name: str, workers: Sequence[Obj]) -> int:
 def allocated_up_to(snapshot: Snapshot, workers: Sequence[Obj]) -> int:
     """The highest worker index this job has allocated as far as it knows (-1 for none): the readable
     status.lastWorkerIndex or the highest index of an existing worker, whichever is higher."""
-    recorded = readable_last_index(read_status(snapshot.job.get("status")).last_worker_index)
+    recorded = readable_last_index(snapshot.last_status.status.last_worker_index)
     return max(-1 if recorded is None else recorded, highest_worker_index(name_of(snapshot.job), workers))
 
 
