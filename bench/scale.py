@@ -235,9 +235,20 @@ class Operator:
 
 
 # -- the run ---------------------------------------------------------------------------------------------------
+async def many(calls: list[Callable[[], Awaitable[Any]]], at_once: int = 16) -> None:
+    """Every call, at most `at_once` in flight (16: the operator's reconcilers)."""
+    gate = asyncio.Semaphore(at_once)
+
+    async def one(call: Callable[[], Awaitable[Any]]) -> None:
+        async with gate:
+            await call()
+
+    await asyncio.gather(*(one(call) for call in calls))
+
+
 class Run:
-    def __init__(self, api: Any, args: argparse.Namespace, stamp: int) -> None:
-        self.api, self.args = api, args
+    def __init__(self, api: Any, kubeconfig: Path, args: argparse.Namespace, stamp: int) -> None:
+        self.api, self.kubeconfig, self.args = api, kubeconfig, args
         self.kube = Client(api, qps=0, burst=1)
         self.v1 = CoreV1Api(api)
         self.ns = f"bench-scale-{stamp}"
@@ -247,7 +258,6 @@ class Run:
         groups = [SCALE if i < args.scale_in_jobs else TAINT for i in range(args.jobs)]
         self.groups = {f"{g}-{i}": g for i, g in enumerate(groups)}
         self.streams: list[WatchRecorder] = []
-        self.kubeconfig = Path()
         self.out: Obj = {
             "jobs": args.jobs,
             "workers_per_job": args.workers,
@@ -269,15 +279,6 @@ class Run:
 
     async def get(self, path: str, **query: str) -> Any:
         return await self.kube.request("GET", path, query=list(query.items()))
-
-    async def many(self, calls: list[Callable[[], Awaitable[Any]]], at_once: int = 16) -> None:
-        gate = asyncio.Semaphore(at_once)
-
-        async def one(call: Callable[[], Awaitable[Any]]) -> None:
-            async with gate:
-                await call()
-
-        await asyncio.gather(*(one(call) for call in calls))
 
     async def setup(self) -> None:
         await self.kube.create(
@@ -337,7 +338,7 @@ class Run:
         started = time.monotonic()
         self.out["load_at_first_create"] = load_average()
         path = collection_path(API_VERSION, "MPIJob", self.ns)
-        await self.many([functools.partial(self.kube.create, path, self.manifest(n)) for n in self.groups])
+        await many([functools.partial(self.kube.create, path, self.manifest(n)) for n in self.groups])
         self.out["create_requests_s"] = round(time.monotonic() - started, 1)
         await seconds_until(self.all_running, what="all jobs Running", within=self.args.timeout, interval=10.0)
         self.out["create_to_all_running_s"] = round(time.monotonic() - started, 1)
@@ -406,7 +407,7 @@ class Run:
             await self.kube.merge_patch(f"{path}/{name}", {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": kept}}}})
             patched[name] = time.monotonic()
 
-        await self.many([functools.partial(patch, n) for n in names])
+        await many([functools.partial(patch, n) for n in names])
         self.out["scale_in_patch_requests_s"] = round(time.monotonic() - first, 2)
 
         def shown(job: str, listed: set[str]) -> bool:
@@ -563,8 +564,7 @@ class Run:
 async def bench(kubeconfig: Path, args: argparse.Namespace, log_dir: Path) -> Obj:
     api = await load_api_client(kubeconfig)
     stamp = int(time.time())
-    run = Run(api, args, stamp)
-    run.kubeconfig = kubeconfig
+    run = Run(api, kubeconfig, args, stamp)
     operator = Operator(kubeconfig, log_dir, stamp)
     try:
         await run.setup()
@@ -647,14 +647,8 @@ def floor_writer(kubeconfig: str, path: str, names: list[str]) -> None:
         print("ready", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         started = time.monotonic()
-        gate = asyncio.Semaphore(16)
         body = {"data": {"bench-floor": "x" * 400}}  # about the size of the operator's discovery patch
-
-        async def one(name: str) -> None:
-            async with gate:
-                await client.merge_patch(f"{path}/{name}", body)
-
-        await asyncio.gather(*(one(n) for n in names))
+        await many([functools.partial(client.merge_patch, f"{path}/{n}", body) for n in names])
         print(f"done {time.monotonic() - started:.3f}", flush=True)
         await api.close()
 

@@ -139,7 +139,7 @@ def _started(snapshot: Snapshot) -> bool:
     created moments ago may not be in the cache yet. Only a job refused at its first plan (Failed with
     reason InvalidSpec, written together with Created by `_invalid`) was never accepted."""
     launcher = snapshot.launcher
-    status = conditions.read_status(snapshot.job.get("status"))
+    status = snapshot.last_status.status
     failed = conditions.get_condition(status, conditions.FAILED)
     refused = failed is not None and failed.status == "True" and failed.reason == INVALID_SPEC_REASON
     return (
