@@ -18,6 +18,9 @@ What is measured, per operator (each a separate process, so /proc tells its own 
 - reconciles (reference: its "Finished syncing" log lines; mpijob: its counters, printed on SIGUSR1) and
   API requests (the API server's audit log, by the operator's user agent; Lease renewals counted apart),
   also per job by verb and resource until quiet and while idle (the tables under the main one);
+- all Running -> converged: every job's Running condition and (static discovery) all its workers in
+  discover_hosts.sh written, and the requests per job until then (an operator that defers work goes quiet
+  before it is done: the reference's rate-limited queue);
 - scale-in by replicas W -> W/2 on every job: time until discover_hosts.sh lists exactly the kept workers,
   and how many removed workers got their deletion (SIGTERM on a real node) while still listed there.
 
@@ -196,6 +199,12 @@ class AuditCount:
     leases: int = 0
     by_verb: dict[str, int] = field(default_factory=dict)
 
+    def add(self, more: AuditCount) -> None:
+        self.requests += more.requests
+        self.leases += more.leases
+        for verb, n in more.by_verb.items():
+            self.by_verb[verb] = self.by_verb.get(verb, 0) + n
+
 
 def audit_since(path: Path, offset: int) -> tuple[AuditCount, int]:
     """Requests of the operator (admin user, not the benchmark's agent) in the audit log after `offset`."""
@@ -235,7 +244,24 @@ class View:
         self.history: dict[str, list[tuple[int, set[str]]]] = {}  # job -> (resourceVersion, listed) versions
         self.terminated: dict[str, tuple[int, str]] = {}  # pod -> (resourceVersion first seen terminating, job)
         self.deleted_at: dict[str, float] = {}  # pod -> monotonic time its DELETED event arrived
+        self.job_running: set[str] = set()  # jobs whose status has the Running condition True
         self.changed = asyncio.Event()
+
+    def on_job(self, kind: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        if kind != "DELETED" and any(c.get("type") == "Running" and c.get("status") == "True" for c in conditions):
+            self.job_running.add(name)
+        else:
+            self.job_running.discard(name)
+        self.changed.set()
+
+    def converged(self, names: list[str], workers: int, discovery: bool) -> int:
+        """How many of the jobs show what the user waits for once the pods run: the Running condition in the
+        status and (`discovery`) every worker in discover_hosts.sh."""
+        return sum(
+            1 for n in names if n in self.job_running and (not discovery or len(self.listed.get(n, ())) == workers)
+        )
 
     def on_pod(self, kind: str, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
@@ -338,6 +364,51 @@ async def install_crd(client: Client, body: dict[str, Any]) -> None:
     raise RuntimeError("CRD not established")
 
 
+async def settle(audit: Path, offset: int, count: AuditCount, seconds: float, limit: float) -> tuple[float, int]:
+    """Waits until the operator makes no request (Leases apart) for `seconds`, at most until `limit`
+    (monotonic); adds what it made meanwhile to `count`. Returns when it went quiet, and the audit offset."""
+    quiet_since = time.monotonic()
+    while time.monotonic() - quiet_since < seconds and time.monotonic() < limit:
+        await asyncio.sleep(0.5)
+        more, offset = audit_since(audit, offset)
+        if more.requests:
+            quiet_since = time.monotonic()
+            count.add(more)
+    return quiet_since, offset
+
+
+async def until_converged(
+    view: View,
+    names: list[str],
+    audit: Path,
+    offset: int,
+    count: AuditCount,
+    done: float,
+    out: dict[str, Any],
+    args: argparse.Namespace,
+    side: str,
+) -> int:
+    """Quiet is not done: an operator whose queue holds jobs back for later (the reference's rate limiter)
+    goes quiet for seconds before it has written most jobs' Running status and discovery. So also: from all
+    pods Running until every job shows the Running condition and (static discovery) all its workers in
+    discover_hosts.sh, then quiet again; and the requests per job until then."""
+    discovery = not (args.elastic and side == "mpijob")  # elastic jobs' discovery is not the script read here
+
+    def converged() -> bool:
+        return view.converged(names, args.workers, discovery) == len(names)
+
+    with contextlib.suppress(RuntimeError):  # reported below, not fatal
+        await view.until(converged, args.converge_timeout, "every job's Running status and discovery")
+    out["running_to_converged_s"] = time.monotonic() - done
+    out["converged_jobs"] = f"{view.converged(names, args.workers, discovery)}/{len(names)}"
+    more, offset = audit_since(audit, offset)
+    count.add(more)
+    _, offset = await settle(audit, offset, count, args.settle, time.monotonic() + args.converge_timeout)
+    out["api_requests_per_job_converged"] = count.requests / len(names)
+    out["api_requests_by_verb_converged"] = count.by_verb
+    return offset
+
+
 async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Namespace) -> dict[str, Any]:
     api = await load_api_client(str(kubeconfig))
     api.user_agent = BENCH_AGENT
@@ -360,6 +431,7 @@ async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Name
     tasks = [
         asyncio.create_task(watch(client, f"/api/v1/namespaces/{NAMESPACE}/pods", view.on_pod)),
         asyncio.create_task(watch(client, f"/api/v1/namespaces/{NAMESPACE}/configmaps", view.on_config_map)),
+        asyncio.create_task(watch(client, f"/apis/kubeflow.org/v2beta1/namespaces/{NAMESPACE}/mpijobs", view.on_job)),
     ]
     try:
         await wait_lease(client, *side.lease)
@@ -392,22 +464,15 @@ async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Name
         # Settled: no request from the operator (Leases apart) for `--settle` seconds (status, discovery and
         # Event writes may trail the pods), at most `--timeout`.
         converge, offset = audit_since(audit, offset)
-        quiet_since = time.monotonic()
-        while time.monotonic() - quiet_since < args.settle and time.monotonic() - done < args.timeout:
-            await asyncio.sleep(0.5)
-            more, offset = audit_since(audit, offset)
-            if more.requests:
-                quiet_since = time.monotonic()
-                converge.requests += more.requests
-                for verb, n in more.by_verb.items():
-                    converge.by_verb[verb] = converge.by_verb.get(verb, 0) + n
+        quiet_since, offset = await settle(audit, offset, converge, args.settle, done + args.timeout)
         out["running_to_quiet_s"] = quiet_since - done
         out["rss_mib_with_jobs"] = rss_mib(pid)
         out["load_when_running"] = load_average()
         reconciles1 = side.reconciles(log, pid)
         out["reconciles_per_job"] = (reconciles1 - reconciles0) / jobs
         out["api_requests_per_job"] = converge.requests / jobs
-        out["api_requests_by_verb"] = converge.by_verb
+        out["api_requests_by_verb"] = dict(converge.by_verb)
+        offset = await until_converged(view, names, audit, offset, converge, done, out, args, side.name)
 
         say(f"{side.name}: all Running after {out['create_to_all_running_s']:.1f}s; idling {args.idle:.0f}s")
         cpu1 = cpu_seconds(pid)
@@ -510,6 +575,9 @@ ROWS = (
     ("running_to_quiet_s", "all Running -> operator quiet (last status/discovery/Event write), s", "{:.1f}"),
     ("reconciles_per_job", "reconciles per job (until quiet)", "{:.1f}"),
     ("api_requests_per_job", "API requests per job (until quiet)", "{:.1f}"),
+    ("running_to_converged_s", "all Running -> every job's Running status and discovery written, s", "{:.1f}"),
+    ("converged_jobs", "jobs with their Running status and discovery written (within --converge-timeout)", "{}"),
+    ("api_requests_per_job_converged", "API requests per job (until that, and quiet)", "{:.1f}"),
     ("rss_mib_at_start", "RSS at start, MiB", "{:.0f}"),
     ("rss_mib_with_jobs", "RSS with the jobs running, MiB", "{:.0f}"),
     ("rss_mib_peak", "RSS peak (VmHWM) over the run, MiB", "{:.0f}"),
@@ -544,10 +612,13 @@ def table(ref: dict[str, Any], ours: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def breakdown(ref: dict[str, Any], ours: dict[str, Any], phase: str = "until quiet", key: str = "") -> str:
-    """Requests per job by verb and resource (the audit log's objectRef), both sides: until quiet, or (key
-    "idle_") while idle."""
-    a, b = ref.get(f"{key}api_requests_by_verb") or {}, ours.get(f"{key}api_requests_by_verb") or {}
+def breakdown(
+    ref: dict[str, Any], ours: dict[str, Any], phase: str = "until quiet", key: str = "", suffix: str = ""
+) -> str:
+    """Requests per job by verb and resource (the audit log's objectRef), both sides: until quiet, (key
+    "idle_") while idle, or (suffix "_converged") until every job's status and discovery are written."""
+    a = ref.get(f"{key}api_requests_by_verb{suffix}") or {}
+    b = ours.get(f"{key}api_requests_by_verb{suffix}") or {}
     jobs = ref["jobs"]
     lines = [f"| requests per job {phase} | {ref['operator']} | mpijob |", "|---|---|---|"]
     for what in sorted(set(a) | set(b), key=lambda w: (-(a.get(w, 0) + b.get(w, 0)), w)):
@@ -562,6 +633,12 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=30.0, help="seconds of idle measurement")
     parser.add_argument("--settle", type=float, default=5.0, help="quiet seconds that count as converged")
     parser.add_argument("--timeout", type=float, default=1200.0)
+    parser.add_argument(
+        "--converge-timeout",
+        type=float,
+        default=300.0,
+        help="after all pods run, wait at most this long for every job's Running status and discovery",
+    )
     parser.add_argument("--scale-in-timeout", type=float, default=600.0, help="give up on the scale-in after this")
     parser.add_argument("--only", choices=("reference", "mpijob"), default=None)
     parser.add_argument("--keep", action="store_true", help="leave the testbeds running")
@@ -607,6 +684,8 @@ def main() -> int:
         print(table(results[0], results[1]))
         print()
         print(breakdown(results[0], results[1]))
+        print()
+        print(breakdown(results[0], results[1], "until every job's status and discovery are written", "", "_converged"))
         print()
         print(breakdown(results[0], results[1], "while idle", "idle_"))
     else:

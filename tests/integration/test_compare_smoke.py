@@ -45,5 +45,8 @@ def test_side_by_side_comparison_runs_both_operators_and_prints_the_table(tmp_pa
         assert r["scale_in_victims"] == 2, r
         assert r["reconciles_per_job"] > 0, r
         assert r["api_requests_per_job"] > 0, r
+        # ... and every job's Running status and discovery written before the requests were counted again.
+        assert r["converged_jobs"] == "2/2", r
+        assert r["api_requests_per_job_converged"] >= r["api_requests_per_job"], r
     ours = results[1]
     assert ours["victims_terminated_while_listed"] == 0, ours

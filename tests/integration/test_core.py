@@ -224,9 +224,11 @@ async def test_all_children_created_with_hostfile_discovery_ssh_secret_launcher_
         assert_controlled_by(pod, job)
         assert env_of(pod["spec"]["containers"][0])["K_MPI_JOB_ROLE"] == c.ROLE_WORKER
 
-    # Every create is announced (one Event per reconcile names all the objects it created).
+    # Every create is announced: a new job's Event is the reference's MPIJobCreated, and it names all the
+    # objects its first reconcile created.
     for worker in worker_names:
-        await event_with(kube, name, "Normal", "SuccessfulCreate", worker)
+        await event_with(kube, name, "Normal", "MPIJobCreated", worker)
+    assert not [e for e in await kube.events(name) if e.get("reason") == "SuccessfulCreate"]
 
 
 async def test_run_launcher_as_worker_puts_the_launcher_first_in_hostfile_and_discovery_and_shifts_indexes(

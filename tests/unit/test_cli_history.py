@@ -130,3 +130,15 @@ def test_events_of_one_second_are_shown_in_the_order_they_were_written() -> None
          "workers pi-worker-1: scaling in", "lastTimestamp": same, "metadata": {"resourceVersion": "12"}},
     ]  # fmt: skip
     assert [e.reason for e in history(job, events, [])] == ["NodeTerminating", "WorkerRemoved"]
+
+
+def test_a_new_jobs_workers_are_read_from_its_mpijobcreated_event_and_a_bare_one_is_left_out() -> None:
+    job = {"metadata": {"name": "pi", "uid": "u"}}
+    involved = {"kind": "MPIJob", "name": "pi", "uid": "u"}
+    created = "MPIJob default/pi is created. Created Service pi; Created Pod pi-worker-0, pi-worker-1"
+    events = [
+        {"involvedObject": involved, "reason": "MPIJobCreated", "message": created, "lastTimestamp": "t1"},
+        {"involvedObject": involved, "reason": "MPIJobCreated", "message": "MPIJob default/pi is created."},
+    ]
+    [entry] = history(job, events, [])
+    assert (entry.kind, entry.workers) == ("grow", ("pi-worker-0", "pi-worker-1"))

@@ -21,6 +21,22 @@ def test_a_create_is_announced_with_the_reason_kubernetes_controllers_use() -> N
     assert world.events == [Emit("Normal", "SuccessfulCreate", "Created Pod p")]
 
 
+def test_a_new_jobs_creates_ride_on_its_mpijobcreated_event_and_other_reasons_keep_their_own() -> None:
+    world = World()
+    job_created = Emit("Normal", "MPIJobCreated", "MPIJob default/j is created.")
+    lost = Emit("Normal", "WorkerLost", "x")
+    made = [Emit("Normal", "SuccessfulCreatePod", f"Created Pod {n}") for n in "ab"]
+    world.apply([Create(_pod("a"), announce=made[:1]), job_created, lost, Create(_pod("b"), announce=made[1:])])
+    created = "MPIJob default/j is created. Created Pod a, b"
+    assert world.events == [Emit("Normal", "MPIJobCreated", created), lost]
+
+
+def test_creates_without_the_created_condition_keep_the_successfulcreate_event() -> None:
+    world = World()
+    world.apply([Emit("Normal", "MPIJobRunning", "r"), Create(_pod("a"), announce=(CREATED,))])
+    assert world.events == [Emit("Normal", "MPIJobRunning", "r"), Emit("Normal", "SuccessfulCreate", "Created Pod p")]
+
+
 def test_a_create_that_finds_the_object_there_is_not_announced_and_the_batch_goes_on() -> None:
     world = World()
     world.add(foreign_pod("p"))

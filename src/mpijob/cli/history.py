@@ -29,6 +29,8 @@ KINDS = {
     # The executor posts one Event per batch of creates: "Created Service pi; ...; Created Pod pi-worker-0, ..."
     "SuccessfulCreate": "grow",
     "SuccessfulCreatePod": "grow",
+    # A new job's first creates ride on its MPIJobCreated Event: "MPIJob ns/pi is created. Created Service pi; ..."
+    "MPIJobCreated": "grow",
     "FloorHeld": "floor",
     "InvalidWorkerToDelete": "refused",
     "RegrowProbe": "regrow",
@@ -88,7 +90,7 @@ def history(job: dict[str, Any], events: list[dict[str, Any]], pods: list[dict[s
         kind = KINDS.get(reason)
         workers = workers_named(name, message)
         # Pod creates and deletes of the launcher, Services... are no elastic history.
-        if kind is None or (reason.startswith("Successful") and not workers):
+        if kind is None or ((reason.startswith("Successful") or reason == "MPIJobCreated") and not workers):
             continue
         entry = Entry(_event_time(event), kind, reason, signal_of(reason, message), workers, message)
         out.append((entry.time, _version(event), entry))

@@ -41,6 +41,9 @@ log = logging.getLogger("mpijob.executor")
 # The planner announces each create ("SuccessfulCreatePod", ...); the executor posts one Event per batch for
 # all of them, with the reason Kubernetes' own controllers use for creates.
 _CREATE = "SuccessfulCreate"
+# A new job's first batch announces the Created condition and creates its objects: one Event says both, under
+# the reason the reference posts and its tests wait for ("MPIJobCreated"): one Event write per new job fewer.
+_JOB_CREATED = ("Normal", "MPIJobCreated")
 
 
 def _join(messages: list[str]) -> str:
@@ -109,6 +112,19 @@ class _Batch:
             reason = _CREATE if emit.reason.startswith(_CREATE) else emit.reason
             self.events.setdefault((emit.type, reason), []).append(emit.message)
 
+    def folded_events(self) -> list[Emit]:
+        """Events of one reason in one batch become one Event, and so do all create announcements ("Created
+        Service j; Created Pod j-worker-0, j-worker-1, ...") rather than one per object; a new job's creates
+        ride on its MPIJobCreated Event. A new 8-worker job costs 1 Event write instead of 13, out of the same
+        client QPS budget (and the API server's CPU)."""
+        events = dict(self.events)
+        created = events.get(_JOB_CREATED)
+        creates = events.get(("Normal", _CREATE))
+        if created is not None and creates is not None:
+            del events[("Normal", _CREATE)]
+            events[_JOB_CREATED] = [f"{_join(created)} {_join(creates)}"]
+        return [Emit(type_, reason, _join(messages)) for (type_, reason), messages in events.items()]
+
 
 class Executor:
     def __init__(
@@ -135,11 +151,8 @@ class Executor:
         if isinstance(actions, Plan):
             batch.urgent = frozenset(map(id, actions.leave_discovery))
         await self._apply(batch, actions)
-        # Events of one reason in one batch become one Event, and so do all create announcements ("Created
-        # Service j; Created Pod j-worker-0, j-worker-1, ...") rather than one per object: a new 8-worker job
-        # costs 2 Event writes instead of 13, out of the same client QPS budget (and the API server's CPU).
-        for (type_, reason), messages in batch.events.items():
-            await self._event(job, Emit(type_, reason, _join(messages)))
+        for event in batch.folded_events():
+            await self._event(job, event)
         return batch.outcome
 
     async def _apply(self, batch: _Batch, actions: Sequence[Action]) -> None:
