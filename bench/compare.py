@@ -316,7 +316,17 @@ class View:
 
 
 async def watch(client: Client, path: str, handle: Callable[[str, dict[str, Any]], None]) -> None:
-    listing = await client.get(path)
+    for _ in range(60):
+        try:
+            listing = await client.get(path)
+            break
+        except ApiError as err:
+            # A CRD installed a moment ago: its storage answers 429 (re)initializing, or 404, for a while.
+            if err.status not in (404, 429):
+                raise
+            await asyncio.sleep(0.5)
+    else:
+        raise RuntimeError(f"could not list {path}")
     for item in listing.get("items") or []:
         handle("ADDED", item)
     rv = listing["metadata"]["resourceVersion"]
