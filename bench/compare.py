@@ -387,7 +387,13 @@ async def settle(audit: Path, offset: int, count: AuditCount, seconds: float, li
     return quiet_since, offset
 
 
+def converged_check(view: View, names: list[str], side: str, args: argparse.Namespace) -> Callable[[], bool]:
+    discovery = not (args.elastic and side == "mpijob")  # elastic jobs' discovery is not the script read here
+    return lambda: view.converged(names, args.workers, discovery) == len(names)
+
+
 async def until_converged(
+    converged: asyncio.Task[float],
     view: View,
     names: list[str],
     audit: Path,
@@ -401,15 +407,13 @@ async def until_converged(
     """Quiet is not done: an operator whose queue holds jobs back for later (the reference's rate limiter)
     goes quiet for seconds before it has written most jobs' Running status and discovery. So also: from all
     pods Running until every job shows the Running condition and (static discovery) all its workers in
-    discover_hosts.sh, then quiet again; and the requests per job until then."""
-    discovery = not (args.elastic and side == "mpijob")  # elastic jobs' discovery is not the script read here
-
-    def converged() -> bool:
-        return view.converged(names, args.workers, discovery) == len(names)
-
-    with contextlib.suppress(RuntimeError):  # reported below, not fatal
-        await view.until(converged, args.converge_timeout, "every job's Running status and discovery")
-    out["running_to_converged_s"] = time.monotonic() - done
+    discover_hosts.sh (`converged`, started when all pods ran), then quiet again; and the requests per job
+    until then."""
+    try:
+        out["running_to_converged_s"] = await converged - done
+    except RuntimeError:  # timed out: reported below, not fatal
+        out["running_to_converged_s"] = float("nan")
+    discovery = not (args.elastic and side == "mpijob")
     out["converged_jobs"] = f"{view.converged(names, args.workers, discovery)}/{len(names)}"
     more, offset = audit_since(audit, offset)
     count.add(more)
@@ -473,6 +477,9 @@ async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Name
         out["cpu_ms_per_job"] = out["cpu_s_to_all_running"] / jobs * 1000
         # Settled: no request from the operator (Leases apart) for `--settle` seconds (status, discovery and
         # Event writes may trail the pods), at most `--timeout`.
+        # From now on, also: when every job's status and discovery are written (see until_converged).
+        check = converged_check(view, names, side.name, args)
+        converged = asyncio.create_task(view.until(check, args.converge_timeout, "every job's status and discovery"))
         converge, offset = audit_since(audit, offset)
         quiet_since, offset = await settle(audit, offset, converge, args.settle, done + args.timeout)
         out["running_to_quiet_s"] = quiet_since - done
@@ -482,7 +489,9 @@ async def measure(side: Side, kubeconfig: Path, audit: Path, args: argparse.Name
         out["reconciles_per_job"] = (reconciles1 - reconciles0) / jobs
         out["api_requests_per_job"] = converge.requests / jobs
         out["api_requests_by_verb"] = dict(converge.by_verb)
-        offset = await until_converged(view, names, audit, offset, converge, done, out, args, side.name)
+        offset = await until_converged(converged, view, names, audit, offset, converge, done, out, args, side.name)
+        # The same work done on both sides (every status, discovery and Event write), idle time included.
+        out["cpu_s_to_converged"] = cpu_seconds(pid) - cpu0
 
         say(f"{side.name}: all Running after {out['create_to_all_running_s']:.1f}s; idling {args.idle:.0f}s")
         cpu1 = cpu_seconds(pid)
@@ -588,6 +597,7 @@ ROWS = (
     ("running_to_converged_s", "all Running -> every job's Running status and discovery written, s", "{:.1f}"),
     ("converged_jobs", "jobs with their Running status and discovery written (within --converge-timeout)", "{}"),
     ("api_requests_per_job_converged", "API requests per job (until that, and quiet)", "{:.1f}"),
+    ("cpu_s_to_converged", "operator CPU from the first create until then, s", "{:.2f}"),
     ("rss_mib_at_start", "RSS at start, MiB", "{:.0f}"),
     ("rss_mib_with_jobs", "RSS with the jobs running, MiB", "{:.0f}"),
     ("rss_mib_peak", "RSS peak (VmHWM) over the run, MiB", "{:.0f}"),

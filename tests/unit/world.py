@@ -156,6 +156,8 @@ class World:
     applied: list[Action] = field(default_factory=list)
     # Called with every snapshot and the plan made from it (property tests check invariants here).
     observer: Callable[[Snapshot, list[Action]], None] | None = None
+    # Plan as the operator does (`plan(..., urgent_first=True)`); False: whole plans every time.
+    urgent_first: bool = True
     # Live reads answered (ConfirmAbsence).
     reads: int = 0
     # Outcomes of the last batch's exclusive creates, and the uids the "controller" remembers per job.
@@ -285,7 +287,8 @@ class World:
             if self.get("MPIJob", job_name) is None:
                 return done
             snapshot = replace(self.snapshot(job_name), absence_checks=dict(checks), created=dict(created))
-            actions = list(plan(snapshot))
+            # As the operator plans: only as far as the urgent writes when workers leave discovery.
+            actions = list(plan(snapshot, urgent_first=self.urgent_first))
             if self.observer is not None:
                 self.observer(snapshot, actions)
             deferred = [i for i, a in enumerate(actions) if isinstance(a, Defer)]

@@ -143,12 +143,15 @@ class Plan(Sequence[Action]):
     finish: tuple[Delete, ...] = ()
     requeue_after: float | None = None
     confirm: tuple[ConfirmAbsence, ...] = ()
+    # Planned only as far as leave_discovery (`plan(..., urgent_first=True)`): the rest is planned by the
+    # deferred pass, so a Defer follows the urgent writes whatever else this plan holds.
+    partial: bool = False
     ordered: tuple[Action, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         rest: list[Action] = [action for phase in self.PHASES[1:] for action in getattr(self, phase)]
         urgent: list[Action] = list(self.leave_discovery)
-        if urgent and any(isinstance(action, Create | Patch | Delete) for action in rest):
+        if urgent and (self.partial or any(isinstance(action, Create | Patch | Delete) for action in rest)):
             urgent.append(Defer())
         if self.requeue_after is not None:
             rest.append(RequeueAfter(max(0.0, self.requeue_after)))

@@ -53,10 +53,18 @@ class Draft:
     # The SSH Secret's name is held by a Secret we did not create.
     secret_taken: bool = False
 
-    def freeze(self) -> Plan:
+    def freeze_urgent(self) -> Plan:
+        """Only the writes that take hosts out of discovery, then a Defer (`Plan.partial`): what `freeze`
+        would put first, without planning the rest."""
+        return Plan(leave_discovery=tuple(self._urgent()), partial=True)
+
+    def _urgent(self) -> list[Write]:
         """The ConfigMap patch that drops hosts is what the launcher reads first; only when it drops none do
         the launcher nudges that drop hosts (the file fallback) go first."""
-        urgent = [w for w in self.dropping_hosts if _kind(w) == "ConfigMap"] or self.dropping_hosts
+        return [w for w in self.dropping_hosts if _kind(w) == "ConfigMap"] or self.dropping_hosts
+
+    def freeze(self) -> Plan:
+        urgent = self._urgent()
         return Plan(
             leave_discovery=tuple(urgent),
             record=tuple(self.record),

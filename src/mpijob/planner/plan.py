@@ -74,8 +74,13 @@ def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
     return spec, errors
 
 
-def plan(snapshot: Snapshot) -> Plan:
-    """Everything to do for one MPIJob now, by phase (see `Plan`). Idempotent: a converged job yields no write."""
+def plan(snapshot: Snapshot, *, urgent_first: bool = False) -> Plan:
+    """Everything to do for one MPIJob now, by phase (see `Plan`). Idempotent: a converged job yields no write.
+
+    `urgent_first` (the operator's): when workers leave discovery, plan only as far as those writes and a
+    Defer (`Plan.partial`). The executor stops at that Defer anyway and the deferred pass plans the rest
+    from fresh data, so the rest would be planned twice; in a spot taint's burst of hundreds of jobs,
+    planning is most of the operator's time before the last launcher sees its list."""
     job = snapshot.job
     if is_terminating(job):
         return NOTHING
@@ -100,15 +105,16 @@ def plan(snapshot: Snapshot) -> Plan:
         job_status.detect_finish(ctx)
     if conditions.is_finished(ctx.draft.new_status):
         finish.finished(ctx)
-    else:
-        active(ctx)
+    elif not active(ctx, urgent_first):
+        return ctx.draft.freeze_urgent()
     job_status.write_status(ctx)
     return ctx.draft.freeze()
 
 
-def active(ctx: PlanContext) -> None:
+def active(ctx: PlanContext, urgent_first: bool = False) -> bool:
     """A job that has not finished: its workers' decisions, then its children, launcher and status. The
-    order the writes go out in is Plan.PHASES, whatever the order of the calls here."""
+    order the writes go out in is Plan.PHASES, whatever the order of the calls here. False: stopped after
+    the writes that take hosts out of discovery (`urgent_first`), the rest not planned."""
     suspended = ctx.spec.run_policy.suspend
     job_status.suspension(ctx, suspended)
     child_writes.ensure_service(ctx)
@@ -120,6 +126,8 @@ def active(ctx: PlanContext) -> None:
     worker_writes.correct_deadlines(ctx, decided, deadlines)
     listed = child_writes.ensure_config_map(ctx, decided)
     child_writes.nudge_launcher(ctx, listed, worker_writes.launcher_leaving(deadlines))
+    if urgent_first and ctx.draft.dropping_hosts:
+        return False
     worker_writes.announce_decisions(ctx, decided)
     child_writes.ensure_secret(ctx)
     child_writes.ensure_pdb(ctx)
@@ -130,6 +138,7 @@ def active(ctx: PlanContext) -> None:
         child_writes.ensure_launcher(ctx, decided, account)
     job_status.worker_status(ctx, decided)
     job_status.conflict_condition(ctx)
+    return True
 
 
 def _started(snapshot: Snapshot) -> bool:

@@ -360,7 +360,7 @@ class Controller:
             snapshot = replace(
                 self.cache.snapshot(job, self.clock(), self.config), absence_checks=dict(checks), created=dict(created)
             )
-            actions = plan(snapshot)
+            actions = plan(snapshot, urgent_first=True)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "%s/%s: planned at rv %s: %s",
