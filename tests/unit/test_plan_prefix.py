@@ -40,6 +40,22 @@ def _plan_with_reads(world: World, job_name: str) -> Plan:
     return made
 
 
+def perturbed_world(nodes: int, low: int, extra: int, policy: str, grace: int, steps: list[Step]) -> World:
+    """A running elastic job "pi" over `nodes` nodes, settled, then perturbed by `steps`."""
+    world = World()
+    world.add_nodes(*(f"node-{i}" for i in range(nodes)))
+    world.placement = _healthy(world)
+    world.add(
+        mpijob(
+            workers=low + extra // 2,
+            elastic_policy=elastic(low, low + extra, node_termination_policy=policy, grace=grace),
+        )
+    )
+    world.settle("pi")
+    perturb(world, steps, nodes, low, low + extra)
+    return world
+
+
 def _uids(world: World) -> dict[str, str]:
     return {p["metadata"]["uid"]: p["metadata"]["name"] for p in world.workers("pi") if not is_terminating(p)}
 
@@ -59,30 +75,23 @@ def _outcome(world: World, before: dict[str, str]) -> dict[str, object]:
     }
 
 
+# perturbed_world's arguments, drawn.
+WORLD_ARGS = {
+    "nodes": st.integers(1, 4),
+    "low": st.integers(1, 3),
+    "extra": st.integers(0, 4),
+    "policy": st.sampled_from(POLICIES),
+    "grace": st.sampled_from([0, 30]),
+    "steps": _steps(),
+}
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    nodes=st.integers(1, 4),
-    low=st.integers(1, 3),
-    extra=st.integers(0, 4),
-    policy=st.sampled_from(POLICIES),
-    grace=st.sampled_from([0, 30]),
-    steps=_steps(),
-    cut=st.floats(0, 1),
-)
+@given(**WORLD_ARGS, cut=st.floats(0, 1))
 def test_any_prefix_of_a_plan_is_repaired_by_the_next_plans_without_a_wrong_deletion(
     nodes: int, low: int, extra: int, policy: str, grace: int, steps: list[Step], cut: float
 ) -> None:
-    world = World()
-    world.add_nodes(*(f"node-{i}" for i in range(nodes)))
-    world.placement = _healthy(world)
-    world.add(
-        mpijob(
-            workers=low + extra // 2,
-            elastic_policy=elastic(low, low + extra, node_termination_policy=policy, grace=grace),
-        )
-    )
-    world.settle("pi")
-    perturb(world, steps, nodes, low, low + extra)
+    world = perturbed_world(nodes, low, extra, policy, grace, steps)
 
     made = _plan_with_reads(world, "pi")
     actions = list(made)

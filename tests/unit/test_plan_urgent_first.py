@@ -9,41 +9,23 @@ import copy
 from dataclasses import replace
 
 from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
 
 from mpijob.planner.actions import ConfirmAbsence, Defer
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Snapshot
 
 from .builders import elastic, mpijob
-from .test_invariants import POLICIES, SPOT_TAINT, Step, _healthy, _steps, perturb
+from .test_invariants import SPOT_TAINT, Step
+from .test_plan_prefix import WORLD_ARGS, perturbed_world
 from .world import World
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    nodes=st.integers(1, 4),
-    low=st.integers(1, 3),
-    extra=st.integers(0, 4),
-    policy=st.sampled_from(POLICIES),
-    grace=st.sampled_from([0, 30]),
-    steps=_steps(),
-)
+@given(**WORLD_ARGS)
 def test_the_urgent_first_plan_is_the_whole_plan_cut_at_its_defer(
     nodes: int, low: int, extra: int, policy: str, grace: int, steps: list[Step]
 ) -> None:
-    world = World()
-    world.add_nodes(*(f"node-{i}" for i in range(nodes)))
-    world.placement = _healthy(world)
-    world.add(
-        mpijob(
-            workers=low + extra // 2,
-            elastic_policy=elastic(low, low + extra, node_termination_policy=policy, grace=grace),
-        )
-    )
-    world.settle("pi")
-    perturb(world, steps, nodes, low, low + extra)
-
+    world = perturbed_world(nodes, low, extra, policy, grace, steps)
     snapshot = _answered(world, world.snapshot("pi"))
     whole = plan(snapshot)
     urgent = plan(snapshot, urgent_first=True)
