@@ -478,8 +478,13 @@ async def test_coscheduled_elastic_job_shrunk_by_a_spot_taint_keeps_running_and_
         job = await kube.job("shrink")
         assert has_condition(job, "Running")
         assert (await kube.client.get(group_path))["spec"]["minMember"] == 3
-        reasons = [e.get("reason") for e in await kube.events("shrink")]
-        assert "NodeTerminating" in reasons and "Regrown" in reasons, reasons
+
+        async def announced() -> list[str] | None:
+            # Events are posted off the reconcile path: the last one may trail the state it announces.
+            reasons = [str(e.get("reason")) for e in await kube.events("shrink")]
+            return reasons if "NodeTerminating" in reasons and "Regrown" in reasons else None
+
+        await eventually(announced, within=30, what="the NodeTerminating and Regrown Events")
 
 
 def test_volcano_is_reported_unavailable_with_the_reason() -> None:
