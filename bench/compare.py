@@ -387,8 +387,14 @@ async def settle(audit: Path, offset: int, count: AuditCount, seconds: float, li
     return quiet_since, offset
 
 
+def reads_discovery(side: str, args: argparse.Namespace) -> bool:
+    """Whether convergence includes discover_hosts.sh: not for mpijob's elastic jobs, whose discovery is not
+    the script read here."""
+    return not (args.elastic and side == "mpijob")
+
+
 def converged_check(view: View, names: list[str], side: str, args: argparse.Namespace) -> Callable[[], bool]:
-    discovery = not (args.elastic and side == "mpijob")  # elastic jobs' discovery is not the script read here
+    discovery = reads_discovery(side, args)
     return lambda: view.converged(names, args.workers, discovery) == len(names)
 
 
@@ -413,7 +419,7 @@ async def until_converged(
         out["running_to_converged_s"] = await converged - done
     except RuntimeError:  # timed out: reported below, not fatal
         out["running_to_converged_s"] = float("nan")
-    discovery = not (args.elastic and side == "mpijob")
+    discovery = reads_discovery(side, args)
     out["converged_jobs"] = f"{view.converged(names, args.workers, discovery)}/{len(names)}"
     more, offset = audit_since(audit, offset)
     count.add(more)

@@ -88,7 +88,7 @@ def check_listed_leave_first(s: Snapshot, actions: list[Action]) -> None:
     """Listed workers of this job leave in the plan that sees them (or had left already, or are already being
     deleted: a terminating pod is not patched)."""
     if actions and isinstance(actions[-1], Defer):
-        return  # the operator's partial plan (urgent discovery writes only): the deferred pass that follows marks
+        return  # a partial plan (urgent_first: discovery writes only): the deferred pass that follows marks
     owned = _owned(s)
     newly = _newly_leaving(actions)
     listed = [n for n in s.job["spec"]["elasticPolicy"].get("workersToDelete") or [] if n in owned]

@@ -20,24 +20,26 @@ from hypothesis import strategies as st
 
 from mpijob.planner.actions import ConfirmAbsence, Plan
 from mpijob.planner.plan import plan
+from mpijob.planner.snapshot import Snapshot
 
 from .builders import elastic, mpijob
 from .test_invariants import POLICIES, Step, _healthy, _steps, perturb
 from .world import World, is_terminating
 
 
-def _plan_with_reads(world: World, job_name: str) -> Plan:
-    """The plan the controller would act on: live reads answered from the world first."""
-    snapshot = world.snapshot(job_name)
+def answered(world: World, snapshot: Snapshot) -> tuple[Snapshot, Plan]:
+    """The snapshot the controller acts on (the live reads its plan asks for answered from the world first),
+    and its plan."""
     made = plan(snapshot)
-    if made.confirm:
-        checks = {
-            (a.kind, a.name): (a.name not in world.nodes if a.kind == "Node" else world.get(a.kind, a.name) is None)
-            for a in made.confirm
-            if isinstance(a, ConfirmAbsence)
-        }
-        made = plan(replace(snapshot, absence_checks=checks))
-    return made
+    if not made.confirm:
+        return snapshot, made
+    checks = {
+        (a.kind, a.name): (a.name not in world.nodes if a.kind == "Node" else world.get(a.kind, a.name) is None)
+        for a in made.confirm
+        if isinstance(a, ConfirmAbsence)
+    }
+    snapshot = replace(snapshot, absence_checks=checks)
+    return snapshot, plan(snapshot)
 
 
 def perturbed_world(nodes: int, low: int, extra: int, policy: str, grace: int, steps: list[Step]) -> World:
@@ -93,7 +95,7 @@ def test_any_prefix_of_a_plan_is_repaired_by_the_next_plans_without_a_wrong_dele
 ) -> None:
     world = perturbed_world(nodes, low, extra, policy, grace, steps)
 
-    made = _plan_with_reads(world, "pi")
+    _, made = answered(world, world.snapshot("pi"))
     actions = list(made)
     assume(made.writes())
     k = int(cut * len(actions))

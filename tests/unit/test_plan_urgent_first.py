@@ -1,22 +1,20 @@
-"""The operator's urgent-first plan (`plan(..., urgent_first=True)`) is the whole plan cut at its Defer: when
-workers leave discovery it holds exactly the whole plan's urgent writes and a Defer, and nothing else;
-otherwise it is the whole plan. So the executor (which stops at a Defer) writes the same either way, and the
-deferred pass plans the rest from fresh data, as it did before."""
+"""The urgent-first plan (`plan(..., urgent_first=True)`, off in the operator for now) is the whole plan cut
+at its Defer: when workers leave discovery it holds exactly the whole plan's urgent writes and a Defer, and
+nothing else; otherwise it is the whole plan. So the executor (which stops at a Defer) writes the same either
+way, and the deferred pass plans the rest from fresh data, as it did before."""
 
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 
 from hypothesis import HealthCheck, event, given, settings
 
-from mpijob.planner.actions import ConfirmAbsence, Defer
+from mpijob.planner.actions import Defer
 from mpijob.planner.plan import plan
-from mpijob.planner.snapshot import Snapshot
 
 from .builders import elastic, mpijob
 from .test_invariants import SPOT_TAINT, Step
-from .test_plan_prefix import WORLD_ARGS, perturbed_world
+from .test_plan_prefix import WORLD_ARGS, answered, perturbed_world
 from .world import World
 
 
@@ -26,8 +24,7 @@ def test_the_urgent_first_plan_is_the_whole_plan_cut_at_its_defer(
     nodes: int, low: int, extra: int, policy: str, grace: int, steps: list[Step]
 ) -> None:
     world = perturbed_world(nodes, low, extra, policy, grace, steps)
-    snapshot = _answered(world, world.snapshot("pi"))
-    whole = plan(snapshot)
+    snapshot, whole = answered(world, world.snapshot("pi"))
     urgent = plan(snapshot, urgent_first=True)
     if whole.leave_discovery:
         event("workers leave discovery")
@@ -39,16 +36,6 @@ def test_the_urgent_first_plan_is_the_whole_plan_cut_at_its_defer(
         assert list(urgent) == list(whole)
 
 
-def _answered(world: World, snapshot: Snapshot) -> Snapshot:
-    """The snapshot the controller plans on: the live reads a plan asks for answered from the world."""
-    asks = [a for a in plan(snapshot) if isinstance(a, ConfirmAbsence)]
-    checks = {
-        (a.kind, a.name): (a.name not in world.nodes if a.kind == "Node" else world.get(a.kind, a.name) is None)
-        for a in asks
-    }
-    return replace(snapshot, absence_checks={**snapshot.absence_checks, **checks}) if asks else snapshot
-
-
 def test_a_spot_taint_plans_only_the_discovery_write_then_defers() -> None:
     world = World()
     world.add_nodes("node-0", "node-1")
@@ -57,8 +44,7 @@ def test_a_spot_taint_plans_only_the_discovery_write_then_defers() -> None:
     world.settle("pi")
     world.taint("node-0", SPOT_TAINT)
     world.placement = ["node-1"]
-    snapshot = _answered(world, world.snapshot("pi"))
-    whole = plan(snapshot)
+    snapshot, whole = answered(world, world.snapshot("pi"))
     urgent = plan(snapshot, urgent_first=True)
     assert whole.leave_discovery and whole.record and whole.mark and whole.status
     assert urgent.leave_discovery == whole.leave_discovery

@@ -287,7 +287,6 @@ class World:
             if self.get("MPIJob", job_name) is None:
                 return done
             snapshot = replace(self.snapshot(job_name), absence_checks=dict(checks), created=dict(created))
-            # As the operator plans: only as far as the urgent writes when workers leave discovery.
             actions = list(plan(snapshot, urgent_first=self.urgent_first))
             if self.observer is not None:
                 self.observer(snapshot, actions)
