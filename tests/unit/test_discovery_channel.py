@@ -4,6 +4,7 @@ the annotation nudge that keeps the launcher's file fresh, and the urgent-first 
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -22,7 +23,9 @@ from .builders import (
     emits,
     existing_children,
     hosts_in,
+    is_nudge,
     launcher_access,
+    leaving_nudges,
     mpijob,
     node,
     nudges,
@@ -333,18 +336,14 @@ def test_node_taint_writes_discovery_first_then_defers_the_rest() -> None:
     assert actions[0].resource_version == world.get("ConfigMap", "pi-config")["metadata"]["resourceVersion"]  # type: ignore[index]
 
 
-def test_after_the_deferred_discovery_write_the_nudge_then_the_rest_follow_with_one_event_per_decision() -> None:
+def test_after_the_deferred_discovery_write_the_decision_marks_and_then_the_nudge_follow_in_one_pass() -> None:
+    """The launcher's nudge drops the same hosts as the ConfigMap, but it also carries the leaving workers'
+    deadlines: it waits for the marks that record them, so the launcher never hears a deadline that a later
+    pass, on a later clock, would record differently."""
     world = _running_world()
     world.taint("node-2", SPOT_TAINT)
     world.apply(plan(world.snapshot("pi")))
     assert [p["metadata"]["name"] for p in world.pods() if "leaving-since" in str(p["metadata"])] == []
-
-    # Second: the launcher's file fallback (the nudge), again ahead of everything else.
-    actions = plan(world.snapshot("pi"))
-    launchers = {p["metadata"]["name"] for p in world.pods() if "launcher" in p["metadata"]["name"]}
-    defer = next(i for i, a in enumerate(actions) if isinstance(a, Defer))
-    assert set(nudges(actions[:defer])) == launchers and len(actions[:defer]) == len(launchers)
-    world.apply(actions)
 
     actions = plan(world.snapshot("pi"))
 
@@ -352,11 +351,17 @@ def test_after_the_deferred_discovery_write_the_nudge_then_the_rest_follow_with_
     assert not [a for a in actions if isinstance(a, Patch) and a.kind == "ConfigMap"]
     kinds = [(a.kind, a.name) for a in writes(actions) if isinstance(a, Patch)]
     assert kinds[0] == ("MPIJob", "pi")  # the decision is recorded first
-    leaving_events = emits(actions, reason="WorkersLeaving")
+    marks = [a for a in writes(actions) if isinstance(a, Patch) and a.name in ("pi-worker-1", "pi-worker-3")]
+    recorded = {m.name: m.patch["metadata"]["annotations"][c.ANNOTATION_LEAVING_DEADLINE] for m in marks}
+    assert sorted(recorded) == ["pi-worker-1", "pi-worker-3"]
+    launchers = {p["metadata"]["name"] for p in world.pods() if "launcher" in p["metadata"]["name"]}
+    assert set(nudges(actions)) == launchers
+    last_mark = max(actions.index(m) for m in marks)
+    assert all(actions.index(a) > last_mark for a in writes(actions) if is_nudge(a))
+    assert {json.dumps(recorded, separators=(",", ":"))} == set(leaving_nudges(actions).values())
     terminating = emits(actions, reason="NodeTerminating")
     assert len(terminating) == 1 and "pi-worker-1, pi-worker-3" in terminating[0].message
-    assert leaving_events == []
-    assert nudges(actions) == {}
+    assert emits(actions, reason="WorkersLeaving") == []
     # Announced by the write that records the decision: posted when it succeeds, whatever follows it.
     record = writes(actions)[0]
     assert isinstance(record, Patch) and terminating[0] in record.announce

@@ -5,11 +5,13 @@
 - node termination (or any spec patch) never takes Worker replicas below minReplicas, nor raises them;
 - a Running worker whose node is still there is deleted only after it spent the grace period out of discovery;
 - a worker whose pod has DisruptionTarget=True is never in the discovery list, from the plan that first sees it;
+- a launcher hears only deadlines recorded on the workers (before it, or earlier in the same plan);
 - in the world simulator, reconciling to a fixed point converges the kept workers to replicas.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -70,9 +72,11 @@ def _owned(s: Snapshot) -> dict[str, Obj]:
 
 
 def check_foreign_untouched(s: Snapshot, actions: list[Action]) -> None:
-    """Foreign pods are never patched or deleted, and no worker is created over a name someone holds."""
-    owned = _owned(s)
-    foreign = {n for n, p in s.pods_by_name.items() if not is_owned_by(p, s.job)}
+    """Foreign pods are never patched or deleted, and no worker is created over a name someone holds. The
+    launcher's pods (its Job's) may be patched: the discovery nudge."""
+    launchers = {p["metadata"]["name"]: p for p in s.launcher_pods}
+    owned = _owned(s) | launchers
+    foreign = {n for n, p in s.pods_by_name.items() if not is_owned_by(p, s.job) and n not in launchers}
     for a in actions:
         if isinstance(a, Patch) and a.kind == "Pod":
             assert a.name not in foreign, f"patched foreign pod {a.name}"
@@ -201,6 +205,29 @@ def check_disrupted_out_of_discovery(s: Snapshot, actions: list[Action]) -> None
         assert not listed & disrupted, f"{listed & disrupted} still discoverable"
 
 
+def _annotations_set(action: Patch) -> dict[str, Any]:
+    return dict(((action.patch.get("metadata") or {}).get("annotations")) or {})
+
+
+def check_launcher_hears_recorded_deadlines(s: Snapshot, actions: list[Action]) -> None:
+    """Every deadline a launcher nudge tells the training process is the one recorded on the worker, in the
+    snapshot or by a mark earlier in this plan: a deadline from this pass's clock that a later pass records
+    differently would make the launcher plan for the wrong deletion time."""
+    recorded = {
+        n: (p["metadata"].get("annotations") or {}).get(c.ANNOTATION_LEAVING_DEADLINE) for n, p in _owned(s).items()
+    }
+    launchers = {p["metadata"]["name"] for p in s.launcher_pods}
+    for a in actions:
+        if not (isinstance(a, Patch) and a.kind == "Pod"):
+            continue
+        annotations = _annotations_set(a)
+        if a.name in launchers and annotations.get(c.ANNOTATION_LEAVING_WORKERS):
+            for worker_name, deadline in json.loads(annotations[c.ANNOTATION_LEAVING_WORKERS]).items():
+                assert recorded.get(worker_name) == deadline, (worker_name, deadline, recorded.get(worker_name))
+        elif c.ANNOTATION_LEAVING_DEADLINE in annotations:
+            recorded[a.name] = annotations[c.ANNOTATION_LEAVING_DEADLINE]
+
+
 def check_preconditions(s: Snapshot, actions: list[Action]) -> None:
     """Every patch carries the resourceVersion of the object as the plan read it (never someone else's object
     made again under the name), and every delete the uid."""
@@ -231,6 +258,7 @@ def check_plan(s: Snapshot, actions: list[Action]) -> None:
         check_probes,
         check_graceful,
         check_disrupted_out_of_discovery,
+        check_launcher_hears_recorded_deadlines,
     ):
         check(s, actions)
 
@@ -557,6 +585,9 @@ def test_world_reaches_a_fixed_point_with_replicas_kept_workers(
         )
     )
     world.settle("pi")
+    if world.get("Job", c.launcher_name("pi")) is not None:
+        world.start_launcher("pi")  # its pod hears discovery and deadlines through the nudge
+        world.settle("pi")
 
     perturb(world, steps, nodes, low, high)
 
