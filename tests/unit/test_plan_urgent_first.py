@@ -1,4 +1,4 @@
-"""The urgent-first plan (`plan(..., urgent_first=True)`, off in the operator for now) is the whole plan cut
+"""The urgent-first plan (`plan(..., urgent_first=True)`, as the operator plans) is the whole plan cut
 at its Defer: when workers leave discovery it holds exactly the whole plan's urgent writes and a Defer, and
 nothing else; otherwise it is the whole plan. So the executor (which stops at a Defer) writes the same either
 way, and the deferred pass plans the rest from fresh data, as it did before."""

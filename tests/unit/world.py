@@ -156,8 +156,8 @@ class World:
     applied: list[Action] = field(default_factory=list)
     # Called with every snapshot and the plan made from it (property tests check invariants here).
     observer: Callable[[Snapshot, list[Action]], None] | None = None
-    # Plan with `plan(..., urgent_first=True)` (off in the operator for now: docs/design.md, "The urgent lane").
-    urgent_first: bool = False
+    # Plan as the operator does (`plan(..., urgent_first=True)`); False: whole plans every time.
+    urgent_first: bool = True
     # Live reads answered (ConfirmAbsence).
     reads: int = 0
     # Outcomes of the last batch's exclusive creates, and the uids the "controller" remembers per job.

@@ -360,9 +360,9 @@ class Controller:
             snapshot = replace(
                 self.cache.snapshot(job, self.clock(), self.config), absence_checks=dict(checks), created=dict(created)
             )
-            # Whole plans: urgent_first (measured: docs/results.md) is off until the launcher's leaving
-            # deadlines come only from recorded marks (a 1 s mismatch seen in CI with it on).
-            actions = plan(snapshot)
+            # A pass that takes hosts out of discovery plans only those writes; the deferred pass plans the
+            # rest on fresh data (docs/design.md, "The urgent lane").
+            actions = plan(snapshot, urgent_first=True)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "%s/%s: planned at rv %s: %s",
