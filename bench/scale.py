@@ -81,6 +81,14 @@ TAINT, SCALE = "taint", "scale"
 
 
 # -- pure parts (tests/unit/test_bench_scale.py) -------------------------------------------------------------
+_STARTED = time.monotonic()
+
+
+def progress(message: str) -> None:
+    """A line on stderr as the run goes (a 2,000-job run takes ~30 min); the figures go to stdout."""
+    print(f"[scale +{time.monotonic() - _STARTED:.0f}s] {message}", file=sys.stderr, flush=True)
+
+
 def percentile(values: Iterable[float], q: float) -> float:
     """The nearest-rank percentile: the value at rank ceil(q * n), so p99 of 100 values is the 99th."""
     ordered = sorted(values)
@@ -311,11 +319,14 @@ class Run:
         jobs = (await self.get(collection_path(API_VERSION, "MPIJob", self.ns), resourceVersion="0")).get("items") or []
         if len(jobs) != self.args.jobs:
             return False
+        running = 0
         for job in jobs:
             status = job.get("status") or {}
             worker = (status.get("replicaStatuses") or {}).get("Worker") or {}
-            if status.get("state") != "Running" or worker.get("active") != self.args.workers:
-                return False
+            running += status.get("state") == "Running" and worker.get("active") == self.args.workers
+        progress(f"{running}/{self.args.jobs} jobs Running with every worker active")
+        if running != self.args.jobs:
+            return False
         pods = collection_path("v1", "Pod", self.ns)
         waiting = await self.get(pods, resourceVersion="0", fieldSelector="status.phase!=Running")
         if waiting.get("items"):
@@ -616,19 +627,26 @@ def _profiled(operator: Operator, args: argparse.Namespace, phase: str) -> Itera
 
 
 async def _phases(run: Run, operator: Operator) -> None:
+    progress(f"creating {run.args.jobs} jobs x {run.args.workers} workers")
     await run.create_and_run(operator)
+    progress("all Running; waiting for the operator to go quiet")
     run.out["all_running_to_operator_quiet_s"] = await _quiet(operator)
+    progress("taint")
     cms = await run.stream(run.v1.list_namespaced_config_map, run.ns)
     # Two profiles: the burst until every affected job's discovery is clean, then the rest of the phase
     # (the deferred passes, the victims' deletions): one profile of both could not tell them apart.
     with _profiled(operator, run.args, "taint"):
         victim, tainted = await run.taint(cms)
+    progress("every affected job's discovery is clean; waiting for the victims to go")
     with _profiled(operator, run.args, "taint-rest"):
         await run.victims_gone(victim, tainted)
     run.out["victims_gone_to_operator_quiet_s"] = await _quiet(operator)
+    progress(f"scale-in of {run.args.scale_in_jobs} jobs")
     with _profiled(operator, run.args, "scale-in"):
         leaving = await run.scale_in(cms)
+    progress("operator restart")
     await run.restart(operator, leaving)
+    progress("the floor: the taint's writes by a client doing nothing else")
     await run.floor(operator)
 
 

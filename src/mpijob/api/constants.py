@@ -11,6 +11,10 @@ LABEL_REPLICA_INDEX = "training.kubeflow.org/replica-index"
 ROLE_LAUNCHER = "launcher"
 ROLE_WORKER = "worker"
 
+# The Created condition's reason and the Event that announces a new job, as the reference posts them (its
+# tests wait for this reason): the executor folds a new job's creates into that Event.
+JOB_CREATED_REASON = "MPIJobCreated"
+
 # Annotations under this prefix are the operator's; user templates cannot set them (stripped).
 ANNOTATION_PREFIX = "mpijob.kubeflow.org/"
 # Set on a worker when it leaves discovery; its value is when (RFC 3339). The pod is deleted once

@@ -30,7 +30,7 @@ KINDS = {
     "SuccessfulCreate": "grow",
     "SuccessfulCreatePod": "grow",
     # A new job's first creates ride on its MPIJobCreated Event: "MPIJob ns/pi is created. Created Service pi; ..."
-    "MPIJobCreated": "grow",
+    c.JOB_CREATED_REASON: "grow",
     "FloorHeld": "floor",
     "InvalidWorkerToDelete": "refused",
     "RegrowProbe": "regrow",
@@ -90,7 +90,7 @@ def history(job: dict[str, Any], events: list[dict[str, Any]], pods: list[dict[s
         kind = KINDS.get(reason)
         workers = workers_named(name, message)
         # Pod creates and deletes of the launcher, Services... are no elastic history.
-        if kind is None or ((reason.startswith("Successful") or reason == "MPIJobCreated") and not workers):
+        if kind is None or ((reason.startswith("Successful") or reason == c.JOB_CREATED_REASON) and not workers):
             continue
         entry = Entry(_event_time(event), kind, reason, signal_of(reason, message), workers, message)
         out.append((entry.time, _version(event), entry))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from mpijob.api.constants import EVENT_SOURCE
+from mpijob.api.constants import EVENT_SOURCE, JOB_CREATED_REASON
 from mpijob.api.models import API_VERSION
 from mpijob.api.objects import controller_uid
 from mpijob.executor.client import ApiError, Client, Writer
@@ -43,7 +43,7 @@ log = logging.getLogger("mpijob.executor")
 _CREATE = "SuccessfulCreate"
 # A new job's first batch announces the Created condition and creates its objects: one Event says both, under
 # the reason the reference posts and its tests wait for ("MPIJobCreated"): one Event write per new job fewer.
-_JOB_CREATED = ("Normal", "MPIJobCreated")
+_JOB_CREATED = ("Normal", JOB_CREATED_REASON)
 
 
 def _join(messages: list[str]) -> str:

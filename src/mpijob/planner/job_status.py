@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from mpijob.api import constants
 from mpijob.api.models import ReplicaStatus
 from mpijob.planner import children
 from mpijob.planner import status as conditions
@@ -41,7 +42,7 @@ def created(ctx: PlanContext) -> None:
         ctx.condition(
             conditions.CREATED,
             True,
-            "MPIJobCreated",
+            constants.JOB_CREATED_REASON,
             f"MPIJob {meta(ctx.job).get('namespace')}/{ctx.name} is created.",
         )
 

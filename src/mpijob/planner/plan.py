@@ -20,6 +20,7 @@ import orjson
 from pydantic import ValidationError
 
 from mpijob.api import rules
+from mpijob.api.constants import JOB_CREATED_REASON
 from mpijob.api.models import API_VERSION, MPIJobSpec
 from mpijob.planner import child_writes, finish, job_status, worker_writes
 from mpijob.planner import status as conditions
@@ -77,7 +78,7 @@ def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
 def plan(snapshot: Snapshot, *, urgent_first: bool = False) -> Plan:
     """Everything to do for one MPIJob now, by phase (see `Plan`). Idempotent: a converged job yields no write.
 
-    `urgent_first` (off in the operator for now: docs/design.md, "The urgent lane"): when workers leave
+    `urgent_first` (as the operator plans: docs/design.md, "The urgent lane"): when workers leave
     discovery, plan only as far as those writes and a Defer (`Plan.partial`). The executor stops at that
     Defer anyway and the deferred pass plans the rest from fresh data, so the rest would be planned twice;
     in a spot taint's burst of hundreds of jobs, planning is most of the operator's time before the last
@@ -195,7 +196,7 @@ def _invalid(snapshot: Snapshot, errors: list[str]) -> Plan:
     now = format_time(snapshot.now)
     message = "; ".join(errors)
     if not status.conditions:
-        conditions.set_condition(status, conditions.CREATED, True, "MPIJobCreated", "MPIJob is created.", now)
+        conditions.set_condition(status, conditions.CREATED, True, JOB_CREATED_REASON, "MPIJob is created.", now)
     flipped = conditions.set_condition(status, conditions.FAILED, True, INVALID_SPEC_REASON, message, now)
     if status.completion_time is None:
         status.completion_time = now
