@@ -336,35 +336,38 @@ def test_node_taint_writes_discovery_first_then_defers_the_rest() -> None:
     assert actions[0].resource_version == world.get("ConfigMap", "pi-config")["metadata"]["resourceVersion"]  # type: ignore[index]
 
 
-def test_after_the_deferred_discovery_write_the_decision_marks_and_then_the_nudge_follow_in_one_pass() -> None:
-    """The launcher's nudge drops the same hosts as the ConfigMap, but it also carries the leaving workers'
-    deadlines: it waits for the marks that record them, so the launcher never hears a deadline that a later
-    pass, on a later clock, would record differently."""
+def test_after_the_deferred_discovery_write_the_nudge_goes_first_behind_the_marks_it_tells() -> None:
+    """The launcher's file fallback (the nudge) goes first again, ahead of everything else, but with the
+    decision's record and the leaving marks just before it: it tells the launcher the leaving workers'
+    deadlines, and those must be on the pods by then (a Defer between them would let the next pass mark the
+    workers with deadlines of its own clock)."""
     world = _running_world()
     world.taint("node-2", SPOT_TAINT)
     world.apply(plan(world.snapshot("pi")))
     assert [p["metadata"]["name"] for p in world.pods() if "leaving-since" in str(p["metadata"])] == []
 
     actions = plan(world.snapshot("pi"))
-
-    assert not any(isinstance(a, Defer) for a in actions)
-    assert not [a for a in actions if isinstance(a, Patch) and a.kind == "ConfigMap"]
-    kinds = [(a.kind, a.name) for a in writes(actions) if isinstance(a, Patch)]
-    assert kinds[0] == ("MPIJob", "pi")  # the decision is recorded first
-    marks = [a for a in writes(actions) if isinstance(a, Patch) and a.name in ("pi-worker-1", "pi-worker-3")]
+    launchers = {p["metadata"]["name"] for p in world.pods() if "launcher" in p["metadata"]["name"]}
+    defer = next(i for i, a in enumerate(actions) if isinstance(a, Defer))
+    urgent = writes(actions[:defer])
+    assert (urgent[0].kind, urgent[0].name) == ("MPIJob", "pi")  # the decision is recorded first
+    marks = [a for a in urgent if isinstance(a, Patch) and a.name in ("pi-worker-1", "pi-worker-3")]
     recorded = {m.name: m.patch["metadata"]["annotations"][c.ANNOTATION_LEAVING_DEADLINE] for m in marks}
     assert sorted(recorded) == ["pi-worker-1", "pi-worker-3"]
-    launchers = {p["metadata"]["name"] for p in world.pods() if "launcher" in p["metadata"]["name"]}
-    assert set(nudges(actions)) == launchers
-    last_mark = max(actions.index(m) for m in marks)
-    assert all(actions.index(a) > last_mark for a in writes(actions) if is_nudge(a))
-    assert {json.dumps(recorded, separators=(",", ":"))} == set(leaving_nudges(actions).values())
+    assert set(nudges(urgent)) == launchers and urgent[-len(launchers) :] == [a for a in urgent if is_nudge(a)]
+    assert {json.dumps(recorded, separators=(",", ":"))} == set(leaving_nudges(urgent).values())
     terminating = emits(actions, reason="NodeTerminating")
     assert len(terminating) == 1 and "pi-worker-1, pi-worker-3" in terminating[0].message
-    assert emits(actions, reason="WorkersLeaving") == []
     # Announced by the write that records the decision: posted when it succeeds, whatever follows it.
-    record = writes(actions)[0]
-    assert isinstance(record, Patch) and terminating[0] in record.announce
+    assert terminating[0] in urgent[0].announce
+    world.apply(actions)
+
+    actions = plan(world.snapshot("pi"))
+
+    assert not any(isinstance(a, Defer) for a in actions)
+    assert not [a for a in actions if isinstance(a, Patch) and a.kind in ("ConfigMap", "MPIJob") and not a.subresource]
+    assert nudges(actions) == {} and leaving_nudges(actions) == {}
+    assert emits(actions, reason="WorkersLeaving") == [] and emits(actions, reason="NodeTerminating") == []
 
 
 def test_node_taint_converges_to_the_same_end_state_through_the_deferral() -> None:
@@ -419,11 +422,11 @@ def test_a_node_termination_is_announced_once_even_when_a_mark_after_its_record_
     world = _running_world()
     world.taint("node-2", SPOT_TAINT)
     actions = plan(world.snapshot("pi"))
-    while any(isinstance(a, Defer) for a in actions):
-        world.apply(actions)
+    while writes(actions)[0].kind != "MPIJob":  # type: ignore[union-attr]
+        world.apply(actions)  # the ConfigMap's pass first
         actions = plan(world.snapshot("pi"))
-    marks = [a for a in actions if isinstance(a, Patch) and a.kind == "Pod"]
-    assert marks and writes(actions)[0].kind == "MPIJob"  # type: ignore[union-attr]
+    marks = [a for a in actions if isinstance(a, Patch) and a.kind == "Pod" and "worker" in a.name]
+    assert marks
     world.objects[("Pod", marks[0].name)]["metadata"]["resourceVersion"] = world.next_rv()  # the kubelet's write
 
     err = world.apply(actions)

@@ -71,13 +71,31 @@ def _owned(s: Snapshot) -> dict[str, Obj]:
     return {p["metadata"]["name"]: p for p in s.owned_pods}
 
 
+def _annotations_set(action: Patch) -> dict[str, Any]:
+    return dict(((action.patch.get("metadata") or {}).get("annotations")) or {})
+
+
+def _nudges_own_launcher(s: Snapshot, a: Action) -> bool:
+    """A patch of the discovery annotations, and nothing else, on a pod of the launcher Job this job owns."""
+    if not (isinstance(a, Patch) and a.kind == "Pod") or s.launcher is None or not is_owned_by(s.launcher, s.job):
+        return False
+    nudge_keys = {c.ANNOTATION_DISCOVERED_HOSTS, c.ANNOTATION_LEAVING_WORKERS}
+    annotations = _annotations_set(a)
+    return (
+        a.name in {p["metadata"]["name"] for p in s.launcher_pods}
+        and a.patch == {"metadata": {"annotations": annotations}}
+        and set(annotations) <= nudge_keys
+    )
+
+
 def check_foreign_untouched(s: Snapshot, actions: list[Action]) -> None:
-    """Foreign pods are never patched or deleted, and no worker is created over a name someone holds. The
-    launcher's pods (its Job's) may be patched: the discovery nudge."""
-    launchers = {p["metadata"]["name"]: p for p in s.launcher_pods}
-    owned = _owned(s) | launchers
-    foreign = {n for n, p in s.pods_by_name.items() if not is_owned_by(p, s.job) and n not in launchers}
+    """Foreign pods are never patched or deleted, and no worker is created over a name someone holds; the
+    one patch of another's pod allowed is the discovery nudge of the job's own launcher's pods."""
+    owned = _owned(s)
+    foreign = {n for n, p in s.pods_by_name.items() if not is_owned_by(p, s.job)}
     for a in actions:
+        if _nudges_own_launcher(s, a):
+            continue
         if isinstance(a, Patch) and a.kind == "Pod":
             assert a.name not in foreign, f"patched foreign pod {a.name}"
             assert a.name in owned, f"patched unknown pod {a.name}"
@@ -203,10 +221,6 @@ def check_disrupted_out_of_discovery(s: Snapshot, actions: list[Action]) -> None
     if data is not None and data.get(c.DISCOVERED_HOSTS_KEY):
         listed = set(hosts_in(data[c.DISCOVERED_HOSTS_KEY]))
         assert not listed & disrupted, f"{listed & disrupted} still discoverable"
-
-
-def _annotations_set(action: Patch) -> dict[str, Any]:
-    return dict(((action.patch.get("metadata") or {}).get("annotations")) or {})
 
 
 def check_launcher_hears_recorded_deadlines(s: Snapshot, actions: list[Action]) -> None:

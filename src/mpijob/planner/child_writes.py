@@ -130,13 +130,8 @@ def nudge_launcher(ctx: PlanContext, listed: str, leaving: str | None = None) ->
     into it: the kubelet syncs a pod as soon as its annotations change, so the launcher's file fallback
     follows within about a second instead of the ConfigMap volume's ~1 min resync. Beside it, the leaving
     workers and their deadlines (`worker_writes.launcher_leaving`; None removes it), in the same write.
-    Written only when either differs (a steady job writes nothing).
-
-    A nudge that drops hosts goes first (leave_discovery) only while this plan records no deadline on a
-    worker (`ctx.draft.mark` empty): otherwise it would promise the launcher a deadline computed from this
-    pass's clock that the Defer keeps off the pods, and the next pass would record another. It then follows
-    this plan's marks. The launcher does not wait for them: the ConfigMap drops the same hosts, and its
-    patch goes first (this plan's leave_discovery, or an earlier pass's)."""
+    Written only when either differs (a steady job writes nothing). A nudge that drops hosts is urgent
+    (`Draft._urgent` says when it goes first, and what goes with it)."""
     if ctx.spec.elastic_policy is None:
         return
     for pod in ctx.launcher_pods:
@@ -159,7 +154,7 @@ def nudge_launcher(ctx: PlanContext, listed: str, leaving: str | None = None) ->
             ctx.draft.discovery.append(patch)
             # No annotation yet: nothing was projected, so nothing is dropped.
             before = [] if current is None else discovery.listed_hosts({constants.DISCOVERED_HOSTS_KEY: current})
-            if _drops_hosts(before, listed) and not ctx.draft.mark:
+            if _drops_hosts(before, listed):
                 ctx.draft.dropping_hosts.append(patch)
 
 

@@ -60,16 +60,26 @@ class Draft:
 
     def _urgent(self) -> list[Write]:
         """The ConfigMap patch that drops hosts is what the launcher reads first; only when it drops none do
-        the launcher nudges that drop hosts (the file fallback) go first."""
-        return [w for w in self.dropping_hosts if _kind(w) == "ConfigMap"] or self.dropping_hosts
+        the launcher nudges that drop hosts (the file fallback) go first. Then this plan's record and marks
+        go just before them, in their phase order: a nudge tells the leaving workers' deadlines
+        (`worker_writes.launcher_leaving`), and those must be on the pods before the launcher hears them. If
+        the Defer cut the marks, the next pass would mark the workers with deadlines from its own clock."""
+        config_maps = [w for w in self.dropping_hosts if _kind(w) == "ConfigMap"]
+        if config_maps or not self.dropping_hosts:
+            return config_maps
+        return [*self.record, *self.mark, *self.dropping_hosts]
 
     def freeze(self) -> Plan:
         urgent = self._urgent()
+
+        def rest(writes: list[Any]) -> tuple[Any, ...]:
+            return tuple(w for w in writes if not any(w is u for u in urgent))
+
         return Plan(
             leave_discovery=tuple(urgent),
-            record=tuple(self.record),
-            mark=tuple(self.mark),
-            discovery=tuple(w for w in self.discovery if not any(w is u for u in urgent)),
+            record=rest(self.record),
+            mark=rest(self.mark),
+            discovery=rest(self.discovery),
             announce=tuple(self.announce),
             children=tuple(self.children),
             secret=tuple(self.secret),

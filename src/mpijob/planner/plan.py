@@ -127,7 +127,8 @@ def active(ctx: PlanContext, urgent_first: bool = False) -> bool:
     worker_writes.mark_leaving(ctx, decided, deadlines)
     worker_writes.correct_deadlines(ctx, decided, deadlines)
     listed = child_writes.ensure_config_map(ctx, decided)
-    child_writes.nudge_launcher(ctx, listed, worker_writes.launcher_leaving(deadlines))
+    told = worker_writes.recorded_deadlines(ctx, deadlines)
+    child_writes.nudge_launcher(ctx, listed, worker_writes.launcher_leaving(told))
     if urgent_first and ctx.draft.dropping_hosts:
         return False
     worker_writes.announce_decisions(ctx, decided)

@@ -19,7 +19,14 @@ from mpijob.planner.actions import Patch
 from mpijob.planner.backoff import replacement_backoff
 from mpijob.planner.draft import PlanContext
 from mpijob.planner.elastic import plan_elastic
-from mpijob.planner.snapshot import annotations_of, format_time, is_terminating, name_of, resource_version
+from mpijob.planner.snapshot import (
+    annotations_of,
+    format_time,
+    is_terminating,
+    name_of,
+    parse_time,
+    resource_version,
+)
 from mpijob.planner.workers import (
     WorkerPlan,
     highest_worker_index,
@@ -140,6 +147,25 @@ def leaving_deadlines(ctx: PlanContext, decided: WorkerPlan) -> dict[str, str]:
         elif is_leaving(pod):
             deadlines[name] = format_time(leaving_since(pod, now) + grace)
     return deadlines
+
+
+def recorded_deadlines(ctx: PlanContext, deadlines: dict[str, str]) -> dict[str, str]:
+    """What the launcher is told of the leaving workers' deadlines: only those recorded on the pods. That is
+    the one this plan's marks write (they go before the nudge, `Draft._urgent`, and a failed mark stops the
+    batch), else the one on the pod. A worker with neither (a mark cut by the budget, a pod deleted now) is
+    not told: a due time that the pod does not say could differ from the one a later pass records."""
+    written = {
+        patch.name: patch.patch["metadata"]["annotations"][constants.ANNOTATION_LEAVING_DEADLINE]
+        for patch in ctx.draft.mark
+        if constants.ANNOTATION_LEAVING_DEADLINE in patch.patch["metadata"]["annotations"]
+    }
+    recorded: dict[str, str] = {}
+    for pod in ctx.workers:
+        name = name_of(pod)
+        value = written.get(name) or annotations_of(pod).get(constants.ANNOTATION_LEAVING_DEADLINE)
+        if name in deadlines and value is not None and parse_time(value) is not None:
+            recorded[name] = value
+    return recorded
 
 
 def launcher_leaving(deadlines: dict[str, str]) -> str | None:
