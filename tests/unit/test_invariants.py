@@ -57,11 +57,15 @@ PROFILE = settings(max_examples=150, deadline=None, suppress_health_check=[Healt
 # -- invariants of one plan --------------------------------------------------------------------------------
 
 
+def _annotations_set(action: Patch) -> dict[str, Any]:
+    return dict(((action.patch.get("metadata") or {}).get("annotations")) or {})
+
+
 def _newly_leaving(actions: list[Action]) -> dict[str, str]:
     found = {}
     for a in actions:
         if isinstance(a, Patch) and a.kind == "Pod":
-            annotations = ((a.patch.get("metadata") or {}).get("annotations")) or {}
+            annotations = _annotations_set(a)
             if c.ANNOTATION_LEAVING_SINCE in annotations:
                 found[a.name] = annotations[c.ANNOTATION_LEAVING_REASON]
     return found
@@ -69,10 +73,6 @@ def _newly_leaving(actions: list[Action]) -> dict[str, str]:
 
 def _owned(s: Snapshot) -> dict[str, Obj]:
     return {p["metadata"]["name"]: p for p in s.owned_pods}
-
-
-def _annotations_set(action: Patch) -> dict[str, Any]:
-    return dict(((action.patch.get("metadata") or {}).get("annotations")) or {})
 
 
 def _nudges_own_launcher(s: Snapshot, a: Action) -> bool:

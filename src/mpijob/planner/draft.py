@@ -71,9 +71,10 @@ class Draft:
 
     def freeze(self) -> Plan:
         urgent = self._urgent()
+        taken = {id(w) for w in urgent}  # by identity: the same write object moved to leave_discovery
 
         def rest(writes: list[Any]) -> tuple[Any, ...]:
-            return tuple(w for w in writes if not any(w is u for u in urgent))
+            return tuple(w for w in writes if id(w) not in taken)
 
         return Plan(
             leave_discovery=tuple(urgent),
