@@ -370,6 +370,24 @@ def test_after_the_deferred_discovery_write_the_nudge_goes_first_behind_the_mark
     assert emits(actions, reason="WorkersLeaving") == [] and emits(actions, reason="NodeTerminating") == []
 
 
+@pytest.mark.parametrize("urgent_first", [False, True])
+def test_the_defer_after_the_config_map_says_the_launcher_nudges_are_still_to_go(urgent_first: bool) -> None:
+    """The first pass after a taint writes only the ConfigMap; its Defer says the nudges it cut are urgent
+    too (the controller queues that pass with the signals, not behind every job's ordinary writes). The
+    Defer after the nudges says nothing is left that a launcher reads."""
+    world = _running_world()
+    world.taint("node-2", SPOT_TAINT)
+
+    first = plan(world.snapshot("pi"), urgent_first=urgent_first)
+    (defer,) = [a for a in first if isinstance(a, Defer)]
+    assert defer.urgent_rest
+    world.apply(first)
+    second = plan(world.snapshot("pi"), urgent_first=urgent_first)
+
+    assert nudges(second)
+    assert [a.urgent_rest for a in second if isinstance(a, Defer)] == [False]
+
+
 def test_node_taint_converges_to_the_same_end_state_through_the_deferral() -> None:
     world = _running_world()
     world.taint("node-2", SPOT_TAINT)

@@ -78,6 +78,8 @@ class Outcome:
     applied: int = 0
     # The plan said Defer: the urgent writes are done; reconcile the job again behind the queue.
     deferred: bool = False
+    # ... and what it cut still takes hosts out of discovery (Defer.urgent_rest): the next pass is urgent too.
+    urgent_rest: bool = False
     # resourceVersion of the job's ConfigMap after our patch, if we patched it.
     config_map_resource_version: str | None = None
     # (kind, name) of an object a write found gone (404): the cache still has it (a ghost).
@@ -174,6 +176,7 @@ class Executor:
             batch.announce(action)
         elif isinstance(action, Defer):
             outcome.deferred = True
+            outcome.urgent_rest = action.urgent_rest
             return True
         elif isinstance(action, RequeueAfter):
             outcome.requeue_after = action.seconds

@@ -72,7 +72,13 @@ class RequeueAfter:
 @dataclass(frozen=True)
 class Defer:
     """Stop here and reconcile the job again later, behind the other queued jobs: the writes before it are
-    urgent (workers leaving discovery), the rest can wait. The next plan recomputes the rest from fresh data."""
+    urgent (workers leaving discovery), the rest can wait. The next plan recomputes the rest from fresh data.
+
+    `urgent_rest`: the cut part still holds writes that take hosts out of discovery (the launcher nudges,
+    which go after the ConfigMap patch, `Draft._urgent`): the next pass is urgent work too, queued behind the
+    other jobs' first passes but ahead of every job's ordinary writes (runtime/workqueue.py)."""
+
+    urgent_rest: bool = False
 
 
 @dataclass(frozen=True)
@@ -146,13 +152,15 @@ class Plan(Sequence[Action]):
     # Planned only as far as leave_discovery (`plan(..., urgent_first=True)`): the rest is planned by the
     # deferred pass, so a Defer follows the urgent writes whatever else this plan holds.
     partial: bool = False
+    # The writes cut by the Defer still take hosts out of discovery (see Defer.urgent_rest).
+    urgent_rest: bool = False
     ordered: tuple[Action, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         rest: list[Action] = [action for phase in self.PHASES[1:] for action in getattr(self, phase)]
         urgent: list[Action] = list(self.leave_discovery)
-        if urgent and (self.partial or any(isinstance(action, Create | Patch | Delete) for action in rest)):
-            urgent.append(Defer())
+        if urgent and (self.partial or self.urgent_rest or any(isinstance(a, Create | Patch | Delete) for a in rest)):
+            urgent.append(Defer(urgent_rest=self.urgent_rest))
         if self.requeue_after is not None:
             rest.append(RequeueAfter(max(0.0, self.requeue_after)))
         object.__setattr__(self, "ordered", (*self.confirm, *urgent, *rest))

@@ -56,7 +56,8 @@ class Draft:
     def freeze_urgent(self) -> Plan:
         """Only the writes that take hosts out of discovery, then a Defer (`Plan.partial`): what `freeze`
         would put first, without planning the rest."""
-        return Plan(leave_discovery=tuple(self._urgent()), partial=True)
+        urgent = self._urgent()
+        return Plan(leave_discovery=tuple(urgent), partial=True, urgent_rest=len(urgent) < len(self.dropping_hosts))
 
     def _urgent(self) -> list[Write]:
         """The ConfigMap patch that drops hosts is what the launcher reads first; only when it drops none do
@@ -78,6 +79,7 @@ class Draft:
 
         return Plan(
             leave_discovery=tuple(urgent),
+            urgent_rest=any(id(w) not in taken for w in self.dropping_hosts),
             record=rest(self.record),
             mark=rest(self.mark),
             discovery=rest(self.discovery),

@@ -341,6 +341,11 @@ class Controller:
             self.stats.conflicts += 1
             log.debug("%s/%s: %s; will retry on fresh data", *key, outcome.conflict)
             return 0.2
+        if outcome.deferred and outcome.urgent_rest:
+            # The launcher nudges are still to go: urgent work, in the ready lane behind the first passes of
+            # the other jobs a signal queued (runtime/workqueue.py).
+            self.queue.add(key)
+            return None
         if outcome.deferred:
             # In the later lane: every other job's urgent writes go first, and these passes, which wait on
             # the shared QPS budget, never take every worker (runtime/workqueue.py).

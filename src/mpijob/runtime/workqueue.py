@@ -2,7 +2,8 @@
 workers at once, and re-queued after processing if it was added meanwhile. Failures back off.
 
 Two lanes. `add` queues in the ready lane, first in first out. `add_later` queues the rest of a deferred
-pass (a job whose urgent discovery writes are done, `Plan.leave_discovery`): those passes wait on the shared
+pass (a job whose urgent discovery writes are done, `Plan.leave_discovery`; one cut before its launcher
+nudges, `Defer.urgent_rest`, is queued with `add` instead, as urgent work): those passes wait on the shared
 QPS budget for seconds when many jobs were affected at once, and if they could take every worker, the next
 job's urgent pass would wait behind them (a mass scale-in: each patched job waited for a worker while 16 of
 them waited for tokens). So the later lane is taken first while fewer than `later_limit` of its passes run,
