@@ -115,6 +115,23 @@ def test_a_key_deferred_while_processing_goes_to_the_later_lane_when_done() -> N
     asyncio.run(scenario())
 
 
+def test_the_rest_of_a_pass_goes_to_the_later_lane_even_when_its_own_write_came_back_during_the_pass() -> None:
+    async def scenario() -> None:
+        queue = WorkQueue(later_limit=1)
+        queue.add("j")
+        assert await _take(queue) == "j"
+        queue.add("j")  # the event of the pass's own write, while it runs
+        queue.add_later("j")  # then the pass deferred itself
+        queue.done("j")
+        queue.add("signalled")
+        taken = await _take(queue)
+        assert taken == "j" and queue.in_later_lane("j"), "the rest of a deferred pass runs in the later lane"
+        assert await _take(queue) == "signalled"
+        assert await _take(queue) is None
+
+    asyncio.run(scenario())
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["add", "later", "take", "done"]), st.integers(0, 4)), max_size=40))
 def test_every_added_key_is_taken_once_and_never_twice_at_once(ops: list[tuple[str, int]]) -> None:

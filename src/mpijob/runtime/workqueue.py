@@ -1,20 +1,21 @@
-"""A de-duplicating work queue, as client-go's: a key is queued at most once, never processed by two
-workers at once, and re-queued after processing if it was added meanwhile. Failures back off.
+"""A de-duplicating work queue, as client-go's: a key is queued at most once, never processed by two workers at
+once, and re-queued after processing if it was added meanwhile. Failures back off.
 
-Two lanes. `add` queues in the ready lane, first in first out. `add_later` queues the rest of a deferred
-pass (a job whose urgent discovery writes are done, `Plan.leave_discovery`; one cut before its launcher
-nudges, `Defer.urgent_rest`, is queued with `add` instead, as urgent work): those passes wait on the shared
-QPS budget for seconds when many jobs were affected at once, and if they could take every worker, the next
-job's urgent pass would wait behind them (a mass scale-in: each patched job waited for a worker while 16 of
-them waited for tokens). So the later lane is taken first while fewer than `later_limit` of its passes run,
-and never by more: the other workers stay free for the ready lane. And while the ready lane has keys waiting
-(a burst: a spot taint queues every job on the node at once), a later-lane pass starts only when none runs:
-the passes that put a job's leaving workers out of discovery get the CPU and the workers, and the later
-lane still moves, one pass at a time, however long the burst. A key pending in the later lane stays
-there when an event adds it (its own ConfigMap write's event would, at once); that pass reads the event's
-change too. So does a later-lane pass that found the cache behind its own write and waits for it
-(`add_after(..., later=True)`): the event it waits for sends it back to the later lane, not to the ready one,
-where it would wait on the shared budget in a worker the next signalled job needs."""
+Two lanes. `add` queues in the ready lane, first in first out. `add_later` queues the rest of a deferred pass (a
+job whose urgent discovery writes are done, `Plan.leave_discovery`; one cut before its launcher nudges,
+`Defer.urgent_rest`, is queued with `add` instead, as urgent work): those passes wait on the shared QPS budget
+for seconds when many jobs were affected at once, and if they could take every worker, the next job's urgent
+pass would wait behind them (a mass scale-in: each patched job waited for a worker while 16 of them waited for
+tokens). So the later lane is taken first while fewer than `later_limit` of its passes run, and never by more:
+the other workers stay free for the ready lane. And while the ready lane has keys waiting (a burst: a spot taint
+queues every job on the node at once), a later-lane pass starts only when none runs: the passes that put a job's
+leaving workers out of discovery get the CPU and the workers, and the later lane still moves, one pass at a
+time, however long the burst. A key pending in the later lane stays there when an event adds it (its own
+ConfigMap write's event would, at once); that pass reads the event's change too. So does the rest of a pass
+whose own write's event came back while it ran (the event marked it for the ready lane; the pass's `add_later`
+moves it). So does a later-lane pass that found the cache behind its own write and waits for it (`add_after(...,
+later=True)`): the event it waits for sends it back to the later lane, not to the ready one, where it would wait
+on the shared budget in a worker the next signalled job needs."""
 
 from __future__ import annotations
 
@@ -72,6 +73,11 @@ class WorkQueue:
 
     def add_later(self, key: Hashable) -> None:
         """Queues the rest of a deferred pass in the later lane (see the module's docstring)."""
+        if self._dirty.get(key) is False and key in self._processing:
+            # An event of this very pass's writes came back while it ran: the rest still goes to the later
+            # lane (and reads that event's change), as for a key already waiting there.
+            self._dirty[key] = True
+            return
         if key in self._dirty:
             return
         self._dirty[key] = True
