@@ -56,24 +56,22 @@ def test_a_ready_lane_pass_behind_its_own_write_asks_to_be_looked_at_again() -> 
     assert asyncio.run(scenario()) == 1.0
 
 
-def test_a_pass_cut_before_its_launcher_nudges_is_queued_with_the_signals_not_behind_ordinary_writes() -> None:
-    """The ConfigMap went first; the nudges (the launcher's file) are urgent too: the ready lane, in turn
-    behind the other jobs a taint queued. A pass whose cut part is ordinary goes to the later lane."""
+def test_a_pass_cut_before_its_launcher_nudges_goes_ahead_of_the_later_lanes_other_passes() -> None:
+    """The ConfigMap went first; the nudges (the launcher's file) are urgent too, but never ahead of another
+    job's first pass: the front of the later lane, which runs one pass at a time while signalled jobs wait
+    in the ready lane. A pass whose cut part is ordinary waits behind it."""
 
     async def scenario() -> None:
         controller, key, _ = _controller_with_a_job_behind_our_write()
         queue = controller.queue
         queue.add(("other", "signalled"))
-        queue.add_later(("other", "rest"))
-        assert await asyncio.wait_for(queue.get(), 2) == ("other", "rest")  # the later lane's one pass during a burst
-
-        assert controller._next_look(key, Outcome(deferred=True, urgent_rest=True)) is None
         assert controller._next_look(("other", "cut"), Outcome(deferred=True)) is None
+        assert controller._next_look(key, Outcome(deferred=True, urgent_rest=True)) is None
 
-        assert await asyncio.wait_for(queue.get(), 2) == ("other", "signalled")
         nudges_pass = await asyncio.wait_for(queue.get(), 2)
-        assert nudges_pass == key, "the nudges' pass waits in the ready lane, behind the signals only"
-        queue.done(("other", "rest"))
+        assert nudges_pass == key and queue.in_later_lane(key), "the nudges' pass is the later lane's first"
+        assert await asyncio.wait_for(queue.get(), 2) == ("other", "signalled"), "the later lane's one pass"
+        queue.done(key)
         assert await asyncio.wait_for(queue.get(), 2) == ("other", "cut")
         queue.shutdown()
 

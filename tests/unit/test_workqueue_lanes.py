@@ -133,7 +133,7 @@ def test_the_rest_of_a_pass_goes_to_the_later_lane_even_when_its_own_write_came_
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["add", "later", "take", "done"]), st.integers(0, 4)), max_size=40))
+@given(st.lists(st.tuples(st.sampled_from(["add", "later", "first", "take", "done"]), st.integers(0, 4)), max_size=40))
 def test_every_added_key_is_taken_once_and_never_twice_at_once(ops: list[tuple[str, int]]) -> None:
     async def scenario() -> None:
         queue = WorkQueue(later_limit=2)
@@ -144,8 +144,8 @@ def test_every_added_key_is_taken_once_and_never_twice_at_once(ops: list[tuple[s
             if op == "add":
                 queue.add(key)
                 pending.add(key)
-            elif op == "later":
-                queue.add_later(key)
+            elif op in ("later", "first"):
+                queue.add_later(key, first=op == "first")
                 pending.add(key)
             elif op == "take":
                 got = await _take(queue, 0.01)
@@ -163,6 +163,24 @@ def test_every_added_key_is_taken_once_and_never_twice_at_once(ops: list[tuple[s
             drained.add(got)
             queue.done(got)
         assert drained == pending
+
+    asyncio.run(scenario())
+
+
+def test_the_rest_of_a_pass_cut_before_its_nudges_is_taken_before_the_later_lanes_other_keys() -> None:
+    async def scenario() -> None:
+        queue = WorkQueue(later_limit=1)
+        queue.add_later("rest")
+        queue.add("j")
+        assert await _take(queue) == "rest"
+        assert await _take(queue) == "j"
+        queue.add("j")  # its own write's event, while it runs
+        queue.add_later("j", first=True)
+        queue.add_later("other-rest")
+        queue.done("j")
+        queue.done("rest")
+        assert await _take(queue) == "j", "ahead of the lane's other keys"
+        assert queue.in_later_lane("j")
 
     asyncio.run(scenario())
 

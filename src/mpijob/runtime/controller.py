@@ -341,15 +341,11 @@ class Controller:
             self.stats.conflicts += 1
             log.debug("%s/%s: %s; will retry on fresh data", *key, outcome.conflict)
             return 0.2
-        if outcome.deferred and outcome.urgent_rest:
-            # The launcher nudges are still to go: urgent work, in the ready lane behind the first passes of
-            # the other jobs a signal queued (runtime/workqueue.py).
-            self.queue.add(key)
-            return None
         if outcome.deferred:
             # In the later lane: every other job's urgent writes go first, and these passes, which wait on
-            # the shared QPS budget, never take every worker (runtime/workqueue.py).
-            self.queue.add_later(key)
+            # the shared QPS budget, never take every worker (runtime/workqueue.py). A pass cut before its
+            # launcher nudges goes ahead of the lane's other passes: the nudges are urgent too.
+            self.queue.add_later(key, first=outcome.urgent_rest)
             return None
         return outcome.requeue_after
 

@@ -23,15 +23,20 @@ import asyncio
 from collections import deque
 from collections.abc import Callable, Hashable
 
+# Where a pending key waits: the ready lane, the front of the later lane (the rest of a pass cut before
+# its launcher nudges), or the later lane.
+READY, LATER_FIRST, LATER = 0, 1, 2
+
 
 class WorkQueue:
     def __init__(self, base_delay: float = 0.05, max_delay: float = 300.0, later_limit: int | None = None) -> None:
         self._ready: deque[Hashable] = deque()
-        # Insertion-ordered: the later lane's FIFO.
+        # Insertion-ordered: the later lane's FIFO, and ahead of it the passes cut before their nudges.
         self._later: dict[Hashable, None] = {}
+        self._later_first: dict[Hashable, None] = {}
         self._wakeup = asyncio.Event()
-        # Pending keys -> whether for the later lane.
-        self._dirty: dict[Hashable, bool] = {}
+        # Pending keys -> their lane (READY, LATER_FIRST, LATER).
+        self._dirty: dict[Hashable, int] = {}
         self._processing: set[Hashable] = set()
         self._later_running: set[Hashable] = set()
         # None: no limit (a queue without a worker count, in tests).
@@ -66,24 +71,29 @@ class WorkQueue:
             return
         if key in self._dirty:
             return
-        self._dirty[key] = False
+        self._dirty[key] = READY
         if key not in self._processing:
             self._ready.append(key)
             self._wakeup.set()
 
-    def add_later(self, key: Hashable) -> None:
-        """Queues the rest of a deferred pass in the later lane (see the module's docstring)."""
-        if self._dirty.get(key) is False and key in self._processing:
+    def add_later(self, key: Hashable, *, first: bool = False) -> None:
+        """Queues the rest of a deferred pass in the later lane (see the module's docstring); `first`: ahead
+        of the lane's other keys (a pass cut before its launcher nudges)."""
+        lane = LATER_FIRST if first else LATER
+        if self._dirty.get(key) == READY and key in self._processing:
             # An event of this very pass's writes came back while it ran: the rest still goes to the later
             # lane (and reads that event's change), as for a key already waiting there.
-            self._dirty[key] = True
+            self._dirty[key] = lane
             return
         if key in self._dirty:
             return
-        self._dirty[key] = True
+        self._dirty[key] = lane
         if key not in self._processing:
-            self._later[key] = None
-            self._wakeup.set()
+            self._queue_later(key, lane)
+
+    def _queue_later(self, key: Hashable, lane: int) -> None:
+        (self._later_first if lane == LATER_FIRST else self._later)[key] = None
+        self._wakeup.set()
 
     def add_after(self, key: Hashable, delay: float, *, later: bool = False) -> None:
         """Adds `key` after `delay` seconds; an earlier pending timer for the same key wins. `later`: to the
@@ -136,15 +146,16 @@ class WorkQueue:
     def take_pending(self) -> list[Hashable]:
         """Every queued key of both lanes, removed from the queue without a pass (tests read what a burst of
         events queued this way)."""
-        keys = [*self._ready, *self._later]
+        keys = [*self._ready, *self._later_first, *self._later]
         self._ready.clear()
+        self._later_first.clear()
         self._later.clear()
         for key in keys:
             self._dirty.pop(key, None)
         return keys
 
     def _later_may_run(self) -> bool:
-        if not self._later:
+        if not (self._later or self._later_first):
             return False
         running = len(self._later_running)
         if self._ready:
@@ -157,8 +168,9 @@ class WorkQueue:
             self._wakeup.clear()
             await self._wakeup.wait()
         if self._later_may_run():
-            key = next(iter(self._later))
-            del self._later[key]
+            lane = self._later_first or self._later
+            key = next(iter(lane))
+            del lane[key]
             self._later_running.add(key)
         else:
             key = self._ready.popleft()
@@ -174,13 +186,12 @@ class WorkQueue:
         if key in self._later_running:
             self._later_running.discard(key)
             self._wakeup.set()  # a later-lane slot is free
-        later = self._dirty.get(key)
-        if later is not None:
-            if later:
-                self._later[key] = None
-            else:
-                self._ready.append(key)
+        lane = self._dirty.get(key)
+        if lane == READY:
+            self._ready.append(key)
             self._wakeup.set()
+        elif lane is not None:
+            self._queue_later(key, lane)
         self._done_since_idle += 1
         if self.on_idle is not None and not self._dirty and not self._processing:
             done, self._done_since_idle = self._done_since_idle, 0
