@@ -373,7 +373,7 @@ def test_after_the_deferred_discovery_write_the_nudge_goes_first_behind_the_mark
 @pytest.mark.parametrize("urgent_first", [False, True])
 def test_the_defer_after_the_config_map_says_the_launcher_nudges_are_still_to_go(urgent_first: bool) -> None:
     """The first pass after a taint writes only the ConfigMap; its Defer says the nudges it cut are urgent
-    too (the controller queues that pass with the signals, not behind every job's ordinary writes). The
+    too (the controller queues that pass at the front of the later lane, ahead of every job's ordinary rest). The
     Defer after the nudges says nothing is left that a launcher reads."""
     world = _running_world()
     world.taint("node-2", SPOT_TAINT)

@@ -75,8 +75,9 @@ class Defer:
     urgent (workers leaving discovery), the rest can wait. The next plan recomputes the rest from fresh data.
 
     `urgent_rest`: the cut part still holds writes that take hosts out of discovery (the launcher nudges,
-    which go after the ConfigMap patch, `Draft._urgent`): the next pass is urgent work too, queued behind the
-    other jobs' first passes but ahead of every job's ordinary writes (runtime/workqueue.py)."""
+    which go after the ConfigMap patch, `Draft._urgent`): the next pass is urgent work too, queued at the front
+    of the later lane, behind the other jobs' first passes but ahead of every job's ordinary rest
+    (runtime/workqueue.py)."""
 
     urgent_rest: bool = False
 

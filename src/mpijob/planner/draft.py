@@ -57,7 +57,7 @@ class Draft:
         """Only the writes that take hosts out of discovery, then a Defer (`Plan.partial`): what `freeze`
         would put first, without planning the rest."""
         urgent = self._urgent()
-        return Plan(leave_discovery=tuple(urgent), partial=True, urgent_rest=len(urgent) < len(self.dropping_hosts))
+        return Plan(leave_discovery=tuple(urgent), partial=True, urgent_rest=self._urgent_rest(urgent))
 
     def _urgent(self) -> list[Write]:
         """The ConfigMap patch that drops hosts is what the launcher reads first; only when it drops none do
@@ -70,6 +70,10 @@ class Draft:
             return config_maps
         return [*self.record, *self.mark, *self.dropping_hosts]
 
+    def _urgent_rest(self, urgent: list[Write]) -> bool:
+        """Whether writes that drop hosts were left out of `urgent` (the nudges behind a ConfigMap patch)."""
+        return len(urgent) < len(self.dropping_hosts)
+
     def freeze(self) -> Plan:
         urgent = self._urgent()
         taken = {id(w) for w in urgent}  # by identity: the same write object moved to leave_discovery
@@ -79,7 +83,7 @@ class Draft:
 
         return Plan(
             leave_discovery=tuple(urgent),
-            urgent_rest=any(id(w) not in taken for w in self.dropping_hosts),
+            urgent_rest=self._urgent_rest(urgent),
             record=rest(self.record),
             mark=rest(self.mark),
             discovery=rest(self.discovery),

@@ -3,19 +3,19 @@ once, and re-queued after processing if it was added meanwhile. Failures back of
 
 Two lanes. `add` queues in the ready lane, first in first out. `add_later` queues the rest of a deferred pass (a
 job whose urgent discovery writes are done, `Plan.leave_discovery`; one cut before its launcher nudges,
-`Defer.urgent_rest`, is queued with `add` instead, as urgent work): those passes wait on the shared QPS budget
-for seconds when many jobs were affected at once, and if they could take every worker, the next job's urgent
-pass would wait behind them (a mass scale-in: each patched job waited for a worker while 16 of them waited for
-tokens). So the later lane is taken first while fewer than `later_limit` of its passes run, and never by more:
-the other workers stay free for the ready lane. And while the ready lane has keys waiting (a burst: a spot taint
-queues every job on the node at once), a later-lane pass starts only when none runs: the passes that put a job's
-leaving workers out of discovery get the CPU and the workers, and the later lane still moves, one pass at a
-time, however long the burst. A key pending in the later lane stays there when an event adds it (its own
-ConfigMap write's event would, at once); that pass reads the event's change too. So does the rest of a pass
-whose own write's event came back while it ran (the event marked it for the ready lane; the pass's `add_later`
-moves it). So does a later-lane pass that found the cache behind its own write and waits for it (`add_after(...,
-later=True)`): the event it waits for sends it back to the later lane, not to the ready one, where it would wait
-on the shared budget in a worker the next signalled job needs."""
+`Defer.urgent_rest`, goes to the front of the lane, `add_later(key, first=True)`): those passes wait on the
+shared QPS budget for seconds when many jobs were affected at once, and if they could take every worker, the
+next job's urgent pass would wait behind them (a mass scale-in: each patched job waited for a worker while 16 of
+them waited for tokens). So the later lane is taken first while fewer than `later_limit` of its passes run, and
+never by more: the other workers stay free for the ready lane. And while the ready lane has keys waiting (a
+burst: a spot taint queues every job on the node at once), a later-lane pass starts only when none runs: the
+passes that put a job's leaving workers out of discovery get the CPU and the workers, and the later lane still
+moves, one pass at a time, however long the burst. A key pending in the later lane stays there when an event
+adds it (its own ConfigMap write's event would, at once); that pass reads the event's change too. So does the
+rest of a pass whose own write's event came back while it ran (the event marked it for the ready lane; the
+pass's `add_later` moves it). So does a later-lane pass that found the cache behind its own write and waits for
+it (`add_after(..., later=True)`): the event it waits for sends it back to the later lane, not to the ready one,
+where it would wait on the shared budget in a worker the next signalled job needs."""
 
 from __future__ import annotations
 
