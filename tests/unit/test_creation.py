@@ -346,14 +346,82 @@ def test_a_host_network_launcher_uses_cluster_first_with_host_net_dns_too() -> N
     assert launcher["spec"]["template"]["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
 
 
-@pytest.mark.parametrize("mount_path", ["/root/.ssh", "/home/mpiuser/.ssh"])
-def test_ssh_private_key_is_mounted_0600_whatever_the_mount_path(mount_path: str) -> None:
+def _key_modes(job: Obj) -> list[tuple[int, dict[str, int]]]:
+    """(defaultMode, item modes) of the SSH volume in the worker pod and in the launcher's pod template."""
+    actions = plan(snap(job))
+    pod_specs = [_one(creates(actions, "Pod"))["spec"], _one(creates(actions, "Job"))["spec"]["template"]["spec"]]
+    out = []
+    for pod_spec in pod_specs:
+        volume = next(v for v in pod_spec["volumes"] if v["name"] == "ssh-auth")
+        out.append((volume["secret"]["defaultMode"], {i["path"]: i["mode"] for i in volume["secret"]["items"]}))
+        mount = {"name": "ssh-auth", "mountPath": job["spec"].get("sshAuthMountPath", "/root/.ssh")}
+        assert mount in pod_spec["containers"][0]["volumeMounts"]
+    return out
+
+
+def _ssh_job(mount_path: str, pod_context: Obj | None = None, container_context: Obj | None = None) -> Obj:
     job = mpijob(workers=1)
     job["spec"]["sshAuthMountPath"] = mount_path
+    for role in ("Launcher", "Worker"):
+        pod_spec = job["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]
+        if pod_context is not None:
+            pod_spec["securityContext"] = pod_context
+        if container_context is not None:
+            pod_spec["containers"][0]["securityContext"] = container_context
+    return job
+
+
+PRIVATE = (0o600, {"id_rsa": 0o600, "id_rsa.pub": 0o644, "authorized_keys": 0o644})
+SHARED = (0o644, {"id_rsa": 0o644, "id_rsa.pub": 0o644, "authorized_keys": 0o644})
+
+
+@pytest.mark.parametrize(
+    ("mount_path", "pod_context", "container_context"),
+    [
+        ("/root/.ssh", None, None),  # the reference's rule: 0600 at root's path
+        ("/root/.ssh", None, {"runAsUser": 1000}),
+        ("/home/mpiuser/.ssh", {"fsGroup": 1000}, {"runAsUser": 1000}),  # kubelet: 0640 root:1000
+        ("/home/mpiuser/.ssh", {"runAsUser": 0}, None),
+        ("/home/mpiuser/.ssh", {"runAsUser": 1000}, {"runAsUser": 0}),  # the container's field wins
+    ],
+)
+def test_ssh_private_key_is_0600_where_the_container_user_can_still_read_it(
+    mount_path: str, pod_context: Obj | None, container_context: Obj | None
+) -> None:
+    job = _ssh_job(mount_path, pod_context, container_context)
+    assert _key_modes(job) == [PRIVATE, PRIVATE]
+    assert not emits(plan(snap(job)), reason="SSHKeyNotPrivate")
+
+
+@pytest.mark.parametrize(
+    ("pod_context", "container_context"),
+    [
+        (None, {"runAsUser": 1000}),  # the reference's pi example (examples/v2beta1/pi/pi.yaml)
+        (None, None),  # the image's user, which may be anyone
+        ({"runAsUser": 0}, {"runAsUser": 1000}),
+        ({"runAsNonRoot": True}, None),
+    ],
+)
+def test_ssh_private_key_is_mounted_as_the_reference_does_when_a_non_root_user_could_not_read_0600(
+    pod_context: Obj | None, container_context: Obj | None
+) -> None:
+    """No fsGroup and a user that may not be root: a 0600 root-owned key would lock it out and the job
+    would fail where the reference's runs, so 0644 as the reference mounts it, and one Warning naming the
+    field that would make it 0600, announced with the Secret's creation (so said once)."""
+    job = _ssh_job("/home/mpiuser/.ssh", pod_context, container_context)
+    assert _key_modes(job) == [SHARED, SHARED]
     actions = plan(snap(job))
-    for pod_spec in [_one(creates(actions, "Pod"))["spec"], _one(creates(actions, "Job"))["spec"]["template"]["spec"]]:
-        volume = next(v for v in pod_spec["volumes"] if v["name"] == "ssh-auth")
-        modes = {item["path"]: item["mode"] for item in volume["secret"]["items"]}
-        assert volume["secret"]["defaultMode"] == 0o600
-        assert modes == {"id_rsa": 0o600, "id_rsa.pub": 0o644, "authorized_keys": 0o644}
-        assert {"name": "ssh-auth", "mountPath": mount_path} in pod_spec["containers"][0]["volumeMounts"]
+    secret_create = next(a for a in actions if isinstance(a, Create) and a.obj["kind"] == "Secret")
+    warnings = [e for e in secret_create.announce if e.reason == "SSHKeyNotPrivate"]
+    assert len(warnings) == 1 and warnings[0].type == "Warning", secret_create.announce
+    for role in ("Launcher", "Worker"):
+        assert f"spec.mpiReplicaSpecs.{role}.template.spec.securityContext.fsGroup" in warnings[0].message
+
+
+def test_the_shared_key_warning_names_only_the_role_without_fs_group() -> None:
+    job = _ssh_job("/home/mpiuser/.ssh", None, {"runAsUser": 1000})
+    job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["securityContext"] = {"fsGroup": 1000}
+    worker_mode, launcher_mode = _key_modes(job)
+    assert (worker_mode, launcher_mode) == (PRIVATE, SHARED)
+    (warning,) = emits(plan(snap(job)), reason="SSHKeyNotPrivate")
+    assert "spec.mpiReplicaSpecs.Launcher." in warning.message and ".Worker." not in warning.message

@@ -14,7 +14,7 @@ from mpijob.api import constants
 from mpijob.api.models import JobStatus, LauncherCreationPolicy
 from mpijob.planner import children, discovery, podgroups
 from mpijob.planner import status as conditions
-from mpijob.planner.actions import Create, Delete, Patch
+from mpijob.planner.actions import Create, Delete, Emit, Patch
 from mpijob.planner.draft import PlanContext, changed_keys, merge_patch_to
 from mpijob.planner.hostfile import discover_hosts_script, hostfile
 from mpijob.planner.snapshot import (
@@ -241,7 +241,24 @@ def ensure_secret(ctx: PlanContext) -> None:
     # The status write right after it records the new Secret's uid (filled in by the executor, which alone
     # learns it), so no second status write follows only for that.
     create = ctx.creation(children.ssh_secret(ctx.job), ssh=True, exclusive=True)
-    ctx.draft.secret.append(replace(create, uid_into_status="sshSecretUID"))
+    announce = (*create.announce, *_shared_key_warning(ctx))
+    ctx.draft.secret.append(replace(create, uid_into_status="sshSecretUID", announce=announce))
+
+
+def _shared_key_warning(ctx: PlanContext) -> tuple[Emit, ...]:
+    """Said once, with the Secret's creation: the roles whose pods get the private key 0644 (as the
+    reference mounts it) and the field that would let it be 0600."""
+    roles = children.shared_key_roles(ctx.spec)
+    if not roles:
+        return ()
+    fields = " and ".join(f"spec.mpiReplicaSpecs.{r}.template.spec.securityContext.fsGroup" for r in roles)
+    message = (
+        f"The SSH private key is mounted 0644 at {ctx.spec.ssh_auth_mount_path} (readable by every user of "
+        f"the container, as the reference operator mounts it): {fields} is not set and the container may run "
+        "as a non-root user, who could not read a 0600 root-owned key. Set it to the user's group to have "
+        "the key mounted 0600."
+    )
+    return (Emit("Warning", "SSHKeyNotPrivate", message),)
 
 
 def ensure_pdb(ctx: PlanContext) -> None:

@@ -90,20 +90,55 @@ def pdb(job: Obj, min_available: int) -> Obj:
     }
 
 
-# The private key is 0600 at any mount path (issue 8, rule 12); public keys are world-readable. A non-root
-# container user reads the root-owned key through the pod's fsGroup (docs/security.md).
+# The private key is 0600 wherever the container's user can still read it: at /root/.ssh (the reference's
+# rule), when every container runs as root, or when the pod sets fsGroup (the kubelet then gives the
+# root-owned file to that group with group read). Otherwise, a user that may not be root with no fsGroup,
+# it is 0644 as the reference mounts it: 0600 would lock that user out and the job would fail where the
+# reference's runs (issue 30; docs/security.md). The job gets a Warning naming fsGroup (`shared_key_roles`).
 PRIVATE_KEY_MODE = 0o600
 PUBLIC_KEY_MODE = 0o644
+ROOT_SSH_PATH = "/root/.ssh"
 
 
-def _ssh_volume(job_name: str, mount_path: str) -> tuple[Obj, Obj]:
+def private_key_mode(pod_spec: Obj, mount_path: str) -> int:
+    """The private key's mode in a pod made from `pod_spec` (see PRIVATE_KEY_MODE)."""
+    pod_context = pod_spec.get("securityContext") or {}
+    if mount_path == ROOT_SSH_PATH or pod_context.get("fsGroup") is not None:
+        return PRIVATE_KEY_MODE
+    containers = pod_spec.get("containers") or []
+    if containers and all(_runs_as_root(c, pod_context) for c in containers):
+        return PRIVATE_KEY_MODE
+    return PUBLIC_KEY_MODE
+
+
+def _runs_as_root(container: Obj, pod_context: Obj) -> bool:
+    """Known to run as uid 0; no runAsUser anywhere means the image's user, which may be anyone."""
+    user = (container.get("securityContext") or {}).get("runAsUser")
+    if user is None:
+        user = pod_context.get("runAsUser")
+    return user == 0
+
+
+def shared_key_roles(spec: MPIJobSpec) -> list[str]:
+    """The roles whose pods get the private key 0644 (readable by every user of the container)."""
+    roles = [(constants.ROLE_LAUNCHER, spec.launcher), (constants.ROLE_WORKER, spec.worker)]
+    return [
+        role.capitalize()
+        for role, replica in roles
+        if replica is not None
+        and private_key_mode(replica.template.get("spec") or {}, spec.ssh_auth_mount_path) != PRIVATE_KEY_MODE
+    ]
+
+
+def _ssh_volume(job_name: str, mount_path: str, pod_spec: Obj) -> tuple[Obj, Obj]:
+    mode = private_key_mode(pod_spec, mount_path)
     volume = {
         "name": "ssh-auth",
         "secret": {
             "secretName": constants.secret_name(job_name),
-            "defaultMode": PRIVATE_KEY_MODE,
+            "defaultMode": mode,
             "items": [
-                {"key": "ssh-privatekey", "path": "id_rsa", "mode": PRIVATE_KEY_MODE},
+                {"key": "ssh-privatekey", "path": "id_rsa", "mode": mode},
                 {"key": "ssh-publickey", "path": "id_rsa.pub", "mode": PUBLIC_KEY_MODE},
                 {"key": "ssh-publickey", "path": "authorized_keys", "mode": PUBLIC_KEY_MODE},
             ],
@@ -202,7 +237,7 @@ def launcher_job(job: Obj, spec: MPIJobSpec, *, discovery_account: str | None = 
         pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     if discovery_account and not user_service_account(spec):
         pod_spec["serviceAccountName"] = discovery_account
-    ssh_volume, ssh_mount = _ssh_volume(name, spec.ssh_auth_mount_path)
+    ssh_volume, ssh_mount = _ssh_volume(name, spec.ssh_auth_mount_path, pod_spec)
     config_volume = {
         "name": "mpi-job-config",
         "configMap": {
@@ -324,7 +359,7 @@ def worker_pod(job: Obj, spec: MPIJobSpec, index: int, cluster_domain: str) -> O
     pod_spec["dnsConfig"] = dns
     if pod_spec.get("hostNetwork"):
         pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
-    ssh_volume, ssh_mount = _ssh_volume(name, spec.ssh_auth_mount_path)
+    ssh_volume, ssh_mount = _ssh_volume(name, spec.ssh_auth_mount_path, pod_spec)
     volumes, mounts = [ssh_volume], [ssh_mount]
     if spec.elastic_policy is not None:
         # When this worker will be deleted, for its training process (a pod's volumes are fixed at creation,
