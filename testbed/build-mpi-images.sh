@@ -6,7 +6,8 @@
 # Each has /home/mpiuser/pi (testbed/mpi/pi.c, compiled in the image against its MPI), openssh-server/client
 # on port 2222 for root's sshd (the default command, `/usr/sbin/sshd -De`) and for mpiuser's
 # (`/usr/sbin/sshd -De -f /home/mpiuser/.sshd_config`), user mpiuser (uid/gid 1000), procps, and
-# /usr/local/bin/mpi-wait-hosts for a launcher to wait for its workers' DNS names (`mpi-wait-hosts && mpirun ...`).
+# /usr/local/bin/mpi-wait-hosts for a launcher to wait for its workers' DNS names (`mpi-wait-hosts && mpirun ...`;
+# the mpich image's entrypoint, as the reference's MPICH image has one).
 # Details: testbed/mpi/customize-rootfs.sh.
 # Usage: build-mpi-images.sh <out-dir> [openmpi4] [openmpi5] [mpich] (default: all three). <out-dir>/<name>.tar
 # links to ${XDG_CACHE_HOME:-~/.cache}/mpijob/images/<name>-<hash>.tar; the hash covers this script, lib.sh,
@@ -25,6 +26,10 @@ declare -A mpi_pkgs=([openmpi4]=openmpi-bin [openmpi5]=openmpi-bin,systemd-stand
 # Only for compiling pi; customize-rootfs.sh purges them (with what they pulled in) before packing.
 declare -A build_pkgs=([openmpi4]="libopenmpi-dev gcc" [openmpi5]="libopenmpi-dev gcc" [mpich]="libmpich-dev gcc")
 common_pkgs="openssh-server,openssh-client,procps,passwd"
+# The reference's MPICH base image has an entrypoint that waits for the hostfile's names before a launcher's
+# command (its pi-mpich.yaml relies on it: the launcher gives only args); mpi-wait-hosts does that, and with no
+# hostfile (a worker) it only execs the command.
+declare -A entrypoint=([openmpi4]="" [openmpi5]="" [mpich]="--config.entrypoint /usr/local/bin/mpi-wait-hosts")
 # Names and contents of testbed/mpi/ (pi.c, the configs, the customize hook).
 mpi_hash="$(cd "$mpi_dir" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)"
 
@@ -67,7 +72,7 @@ build() { # build <name> <hash>: bootstrap into an umoci bundle, customize, repa
   log "packing"
   umoci repack --image "$work/oci:$name" "$work/bundle"
   umoci config --image "$work/oci:$name" --config.env "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
-    --config.workingdir /home/mpiuser --config.cmd /usr/sbin/sshd --config.cmd -De
+    --config.workingdir /home/mpiuser --config.cmd /usr/sbin/sshd --config.cmd -De ${entrypoint[$name]}
   umoci gc --layout "$work/oci"
   tar -C "$work/oci" -cf "$cache/$name-$hash.tar.tmp" .
   mv "$cache/$name-$hash.tar.tmp" "$cache/$name-$hash.tar"

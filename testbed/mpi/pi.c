@@ -1,7 +1,8 @@
 /* pi: the testbed's MPI smoke program, built into each MPI image at /home/mpiuser/pi.
  *
- * Every rank prints "rank R of N on HOST" (HOST from MPI_Get_processor_name, i.e. the pod's host name), then
- * rank 0 prints "pi is approximately 3.14159265".
+ * Every rank prints "rank R of N on HOST", then rank 0 prints "pi is approximately 3.14159265". HOST is the
+ * kernel's host name (gethostname: the pod's own, where the rank really ran), not MPI_Get_processor_name,
+ * which under PMIx is the name mpirun was given for the host it sent the rank to.
  *
  * Why that line does not depend on -n: pi is the midpoint-rule integral of 4/(1+x^2) over [0,1] with a fixed
  * number of intervals, the intervals dealt out to the ranks round-robin and the partial sums added with
@@ -12,18 +13,21 @@
  */
 #include <mpi.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #define INTERVALS 10000000L
 
 int main(int argc, char **argv)
 {
-    int rank, size, len;
-    char host[MPI_MAX_PROCESSOR_NAME];
+    int rank, size;
+    char host[256];
 
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    MPI_Get_processor_name(host, &len);
+    if (gethostname(host, sizeof host) != 0)
+        snprintf(host, sizeof host, "unknown");
+    host[sizeof host - 1] = '\0';
     printf("rank %d of %d on %s\n", rank, size, host);
     fflush(stdout); /* the launcher forwards each rank's output line by line; do not hold it until exit */
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import reference_examples
 from cannot_run import cannot_run
 from kube import API_VERSION, Kube, eventually, has_condition, mpijob
 from operator_harness import OperatorProcess
@@ -190,6 +191,82 @@ async def test_openmpi_root_pi_runs_its_ranks_on_both_workers(
     await kube.create(pi_job(job, mpi_images[name], mpirun(2, "--allow-run-as-root")))
     log = await assert_pi_ran_across_workers(tb, kube, job, 2)
     assert not any(h.startswith(f"{job}-launcher") for _, _, h in RANK.findall(log)), log
+
+
+# Lifted from the real nodes and put on the kwok nodes while a reference example runs (see below).
+KWOK_ONLY_TAINT = "testbed.mpijob.io/runs-no-processes"
+
+
+@pytest.fixture
+def unchanged_pods_land_on_real_nodes(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> Iterator[None]:  # noqa: F811
+    """The reference's examples carry no toleration or node selector. For them the cluster looks like one of
+    real nodes only: the kwok nodes (which run no process) are tainted NoSchedule, and the real nodes' own
+    taint is lifted; both are put back afterwards. The manifests stay as upstream ships them."""
+    tb = real_testbed[0]
+    real = realnode.node_names(REAL_NODES)
+    kwok = [n for n in kubectl(tb, "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}").split() if n not in real]
+    kubectl(tb, "taint", "nodes", *kwok, f"{KWOK_ONLY_TAINT}=true:NoSchedule", "--overwrite")
+    kubectl(tb, "taint", "nodes", *real, f"{realnode.REAL_NODE_TAINT}:NoSchedule-")
+    try:
+        yield
+    finally:
+        kubectl(tb, "taint", "nodes", *real, f"{realnode.REAL_NODE_TAINT}=true:NoSchedule", "--overwrite")
+        kubectl(tb, "taint", "nodes", *kwok, f"{KWOK_ONLY_TAINT}:NoSchedule-")
+
+
+async def _run_recording_placement(kube: Kube, job: str) -> tuple[Obj, dict[str, str]]:
+    """The job, once finished, and where each of its pods ran (name -> node), read while they existed:
+    cleanPodPolicy Running deletes the workers as soon as the job ends."""
+    placed: dict[str, str] = {}
+
+    async def done() -> Obj | None:
+        for pod in await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}"):
+            if pod["spec"].get("nodeName"):
+                placed[pod["metadata"]["name"]] = pod["spec"]["nodeName"]
+        obj = await kube.job(job)
+        return obj if (obj.get("status") or {}).get("completionTime") or has_condition(obj, "Failed") else None
+
+    try:
+        obj = await eventually(done, within=240, interval=1, what=f"MPIJob {job} finished")
+    except AssertionError as err:
+        raise AssertionError(f"{err}\n{await _post_mortem(kube, job)}") from None
+    return obj, placed
+
+
+@pytest.mark.parametrize(
+    ("example", "name"),
+    [("pi/pi.yaml", "openmpi4"), ("pi/pi.yaml", "openmpi5"), ("pi/pi-mpich.yaml", "mpich")],
+)
+async def test_the_reference_example_runs_unchanged_but_for_the_image(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    mpi_images: dict[str, str],
+    unchanged_pods_land_on_real_nodes: None,
+    example: str,
+    name: str,
+) -> None:
+    """kubeflow/mpi-operator v0.8.2's examples/v2beta1 as it ships them (uid 1000, no fsGroup, the key pair
+    at /home/mpiuser/.ssh, the worker running the user's own sshd), only the image swapped for the testbed's:
+    Succeeded, and the launcher's log shows each rank on a worker, by the kernel's host name, with the
+    workers on both real nodes. The key could not be 0600 for uid 1000 without fsGroup: one Warning says so
+    and names the field."""
+    tb, kube = real_testbed[0], rn_kube
+    body = reference_examples.as_run_here(example, mpi_images[name])
+    job = body["metadata"]["name"]
+    await kube.create(body)
+    obj, placed = await _run_recording_placement(kube, job)
+    log = launcher_log(tb, kube, job)
+    assert has_condition(obj, "Succeeded"), (obj.get("status"), log[-3000:], await _post_mortem(kube, job))
+    ranks = RANK.findall(log)
+    assert sorted(int(r) for r, _, _ in ranks) == [0, 1] and {n for _, n, _ in ranks} == {"2"}, log
+    hosts = {host for _, _, host in ranks}
+    assert hosts == {f"{job}-worker-0", f"{job}-worker-1"}, (hosts, log)
+    assert {placed[h] for h in hosts} == set(realnode.node_names(REAL_NODES)), placed
+    assert PI in log, log
+    warnings = [e for e in await kube.events(job) if e.get("reason") == "SSHKeyNotPrivate"]
+    assert len(warnings) == 1 and warnings[0]["type"] == "Warning", warnings
+    assert "spec.mpiReplicaSpecs.Worker.template.spec.securityContext.fsGroup" in warnings[0]["message"]
 
 
 async def test_a_wrong_command_fails_the_job(

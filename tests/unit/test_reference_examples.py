@@ -1,0 +1,84 @@
+"""The reference's examples kept in tests/integration/data/reference-examples/ are upstream's files, and
+the integration tests run them with only the image (and a pull policy the testbed cannot honour) swapped."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+MODULE = "github.com/kubeflow/mpi-operator"
+
+
+def _examples() -> ModuleType:
+    path = REPO / "tests" / "integration" / "reference_examples.py"
+    spec = importlib.util.spec_from_file_location("reference_examples", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+examples = _examples()
+
+
+def _upstream_dir() -> Path:
+    """The reference's module, as bench/reference/go.mod pins it, from the Go module cache (downloaded
+    from the Go module proxy the first time)."""
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
+    out = subprocess.run(
+        ["go", "mod", "download", "-json", f"{MODULE}@{examples.VERSION}"],
+        cwd=REPO / "bench" / "reference",
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=600,
+    )
+    return Path(json.loads(out.stdout)["Dir"])
+
+
+def _differences(a: Any, b: Any, path: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = sorted(set(a) | set(b))
+        return [d for k in keys for d in _differences(a.get(k), b.get(k), f"{path}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [path]
+
+
+def test_the_pinned_version_is_the_one_the_reference_build_uses() -> None:
+    go_mod = (REPO / "bench" / "reference" / "go.mod").read_text()
+    assert f"{MODULE} {examples.VERSION}" in go_mod
+
+
+@pytest.mark.parametrize("path", examples.RUNNABLE)
+def test_each_kept_example_is_upstreams_file_byte_for_byte(path: str) -> None:
+    upstream = _upstream_dir() / examples.UPSTREAM_DIR / path
+    assert (examples.HERE / path).read_bytes() == upstream.read_bytes(), path
+
+
+@pytest.mark.parametrize("path", examples.RUNNABLE)
+def test_an_example_as_run_here_differs_from_upstream_only_in_the_image(path: str) -> None:
+    upstream = yaml.safe_load((examples.HERE / path).read_text())
+    here = examples.as_run_here(path, "mpijob.local/x:testbed")
+    changed = _differences(upstream, here)
+    allowed = {
+        p for p in changed if p.endswith(".image") or (p.endswith(".imagePullPolicy") and _at(upstream, p) == "Always")
+    }
+    assert changed and set(changed) == allowed, changed
+    assert all(c["image"] == "mpijob.local/x:testbed" for c in examples.containers(here))
+
+
+def _at(obj: Any, path: str) -> Any:
+    for part in path.strip(".").replace("[", ".").replace("]", "").split("."):
+        obj = obj[int(part)] if isinstance(obj, list) else obj.get(part)
+    return obj
