@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from mpijob_testbed import cluster, demo, realnode
+from mpijob_testbed import cluster, demo, load, realnode
 from mpijob_testbed.build import run_build
 from mpijob_testbed.client import kubeconfig_path
 from mpijob_testbed.errors import TestbedError
@@ -79,6 +79,11 @@ def _kubeconfig(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load(args: argparse.Namespace) -> int:
+    load.load(args.archive, name=args.name, state_dir=args.dir, echo=_echo)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mpijob-testbed", description=__doc__)
     commands = parser.add_subparsers(dest="testbed_command", required=True)
@@ -133,6 +138,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = with_dir(commands.add_parser("kubeconfig", help="print the path of the testbed's admin kubeconfig"))
     p.set_defaults(func=_guarded(_kubeconfig))
+
+    p = with_dir(
+        commands.add_parser(
+            "load",
+            help="import an OCI or `docker save` image archive into every real node (like `kind load image-archive`)",
+        )
+    )
+    p.add_argument("archive", metavar="ARCHIVE", help="the image archive (a plain tar: OCI layout or docker save)")
+    p.add_argument(
+        "--name",
+        metavar="IMAGE",
+        default=None,
+        help="the name pods use for it (needed when the archive names no image; overrides the archive's)",
+    )
+    p.set_defaults(func=_guarded(_load))
 
     demo.register(commands)
     return parser

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpijob_testbed import clusterdns, hoststate, processes
+from mpijob_testbed import clusterdns, hoststate, nodeimages, processes
+from mpijob_testbed.archives import read_archive
 from mpijob_testbed.certs import Pki, issue_leaf
 from mpijob_testbed.components import KUBERNETES_SERVICE_IP
 from mpijob_testbed.errors import TestbedError
@@ -433,7 +434,7 @@ def start(layout: Layout, pki: Pki, server: str, rest: Rest, echo: Echo, index: 
     )
     images = node_layout(layout).images  # built once, in real-1's directory
     for image, name in ((PAUSE_IMAGE, "pause"), (LAUNCHER_IMAGE, "launcher")):
-        _import(node, image, images / f"{name}.tar")
+        nodeimages.import_archive(node.socket, read_archive(images / f"{name}.tar"), image)
     echo(f"[testbed] {node.name}: containerd ready, images imported ({time.monotonic() - t:.1f}s)")
     _create_cgroup_root(node)
 
@@ -482,34 +483,8 @@ def start(layout: Layout, pki: Pki, server: str, rest: Rest, echo: Echo, index: 
     return {"name": node.name, "ip": node.ip, "kubelet_port": port, "healthz_port": healthz}
 
 
-def _import(node: NodeLayout, image: str, archive: Path, timeout: float = 120) -> None:
-    _ctr(node, "images", "import", "--base-name", image.split(":")[0], str(archive), timeout=timeout)
-    imported = [
-        line for line in (_ctr(node, "images", "ls", "-q") or "").split() if line.startswith(image.split(":")[0] + ":")
-    ]
-    if image not in imported:
-        _ctr(node, "images", "tag", "--force", imported[0], image)
-
-
-def import_image(state_dir: Path, image: str, archive: Path) -> dict[str, float]:
-    """Import one more OCI archive into every real node's containerd as `image` (e.g. the Horovod image,
-    which only the tests that need it build); returns the seconds each node took, by node name."""
-    took = {}
-    for node in node_layouts(Layout(state_dir)):
-        t = time.monotonic()
-        _import(node, image, archive, timeout=600)
-        took[node.name] = round(time.monotonic() - t, 1)
-    return took
-
-
 def _ctr(node: NodeLayout, *args: str, check: bool = True, timeout: float = 120) -> str | None:
-    argv = ["ctr", "--address", str(node.socket), "--namespace", "k8s.io", *args]
-    result = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout)
-    if result.returncode != 0:
-        if check:
-            raise TestbedError(f"{' '.join(argv)} failed: {result.stderr.strip()}")
-        return None
-    return result.stdout
+    return nodeimages.ctr(node.socket, *args, check=check, timeout=timeout)
 
 
 # --- stopping and putting the host back ------------------------------------------------------------

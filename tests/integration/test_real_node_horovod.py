@@ -51,6 +51,7 @@ from test_real_node import (  # noqa: F401
 
 from mpijob.api import constants as c
 from mpijob_testbed import SPOT_ITN_TAINT, cluster, realnode, taint_node, untaint_node
+from mpijob_testbed.load import load
 from mpijob_testbed.nodes import spread_over
 from mpijob_testbed.paths import repo_root
 
@@ -89,7 +90,7 @@ def horovod_image(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> str: 
     )
     if build.returncode != 0:
         cannot_run(f"the Horovod image cannot be built here (exit {build.returncode}): {build.stderr[-2000:]}")
-    took = realnode.import_image(tb.state_dir, HOROVOD_IMAGE, out / "horovod.tar")
+    took = load(out / "horovod.tar", name=HOROVOD_IMAGE, state_dir=tb.state_dir)
     record(horovod_image_import_s=took)
     return HOROVOD_IMAGE
 

@@ -39,6 +39,7 @@ from test_real_node import (  # noqa: F401
 from mpijob.api import constants as c
 from mpijob_testbed import cluster, extras, realnode
 from mpijob_testbed.errors import TestbedError
+from mpijob_testbed.load import load
 from mpijob_testbed.nodes import spread_over
 from mpijob_testbed.paths import repo_root, resolve_bin_dir
 
@@ -71,7 +72,7 @@ def mpi_images(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> dict[str
     )
     if build.returncode != 0:
         cannot_run(f"the MPI images cannot be built here (exit {build.returncode}): {build.stderr[-2000:]}")
-    took = {name: realnode.import_image(tb.state_dir, image(name), out / f"{name}.tar") for name in IMAGES}
+    took = {name: load(out / f"{name}.tar", name=image(name), state_dir=tb.state_dir) for name in IMAGES}
     record(mpi_image_import_s=took)
     return {name: image(name) for name in IMAGES}
 
