@@ -10,9 +10,7 @@ jobs' conditions, and the operator's own counters (/metrics) for what it wrote.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import subprocess
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -22,11 +20,11 @@ from typing import Any
 
 import pytest
 import yaml
-from cannot_run import cannot_run
 from kube import Kube, eventually, has_condition, live, mpijob
 from kubernetes_asyncio.client import CoreV1Api
 from operator_harness import OperatorProcess
 from rbac import operator_kubeconfig
+from reference_operator import CRD_PATH, REFERENCE, Reference, reference_built
 
 from mpijob.api import constants as c
 from mpijob.cli.operator import install_crd
@@ -39,45 +37,10 @@ pytestmark = pytest.mark.integration
 
 Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
-REFERENCE = Path(os.environ.get("MPIJOB_REFERENCE_BIN", REPO / ".cache" / "reference"))
 NS = "handover"
-CRD_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 # Where the jobs are when the reference stops.
 RUNNING = ("running-a", "running-b", "scaled", "elastic", "back")
 QUIET_SECONDS = 30
-
-
-def _reference_built() -> None:
-    build = subprocess.run(
-        ["bash", str(REPO / "bench" / "reference" / "build.sh")], capture_output=True, text=True, check=False
-    )
-    if build.returncode != 0:
-        cannot_run(f"the reference operator does not build here: {build.stdout[-1500:]}{build.stderr[-1500:]}")
-
-
-class Reference:
-    """The reference operator as a process, with the admin kubeconfig (its own RBAC is not what is tested)."""
-
-    def __init__(self, kubeconfig: Path, log: Path) -> None:
-        self.kubeconfig, self.log = kubeconfig, log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [str(REFERENCE / "mpi-operator"), f"--kubeConfig={self.kubeconfig}", "--threadiness=2",
-                 "--lock-namespace=mpi-operator"],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
 
 
 @dataclass
@@ -89,13 +52,6 @@ class Handover:
     # (kind, name) -> uid of every child of every job when the reference stopped.
     before: dict[tuple[str, str], str] = field(default_factory=dict)
     switched_at: float = 0.0
-
-
-async def _put_crd(client: Client, body: Obj) -> None:
-    name = body["metadata"]["name"]
-    current = await client.get(f"{CRD_PATH}/{name}")
-    body = {**body, "metadata": {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
-    await client.request("PUT", f"{CRD_PATH}/{name}", body)
 
 
 async def children(kube: Kube) -> dict[tuple[str, str], str]:
@@ -152,7 +108,7 @@ async def _has(kube: Kube, name: str, cond: str) -> bool:
 
 @pytest.fixture(scope="module")
 def handover_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[cluster.Testbed]:
-    _reference_built()
+    reference_built()
     state = tmp_path_factory.mktemp("handover-testbed")
     tb = cluster.up(nodes=2, state_dir=state)
     try:

@@ -26,6 +26,7 @@ import reference_examples
 from cannot_run import cannot_run
 from kube import API_VERSION, Kube, eventually, has_condition, mpijob
 from operator_harness import OperatorProcess
+from reference_operator import Reference, put_reference_crd, reference_built
 from test_real_node import (  # noqa: F401
     ON_REAL_NODE,
     kubectl,
@@ -37,6 +38,7 @@ from test_real_node import (  # noqa: F401
 )
 
 from mpijob.api import constants as c
+from mpijob.cli.operator import install_crd
 from mpijob_testbed import cluster, extras, realnode
 from mpijob_testbed.errors import TestbedError
 from mpijob_testbed.load import load
@@ -542,3 +544,57 @@ async def test_gang_scheduling_holds_every_pod_until_the_gang_fits_then_pi_runs(
         await asyncio.sleep(0.5)
     await kube.patch_job(job, {"spec": {"runPolicy": {"schedulingPolicy": {"minResources": {"cpu": "100m"}}}}})
     await assert_pi_ran_across_workers(tb, kube, job, 2)
+
+
+async def test_a_real_mpirun_job_started_under_the_reference_keeps_running_across_the_switch_and_succeeds(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    mpi_images: dict[str, str],
+) -> None:
+    """docs/migration.md's one-step switch with a job in flight: the reference (built from its module) starts
+    a pi job whose ranks sleep before computing; while mpirun runs, the reference is stopped, our CRD is put
+    back and mpijob starts. The same pods finish the same mpirun: Succeeded, ranks on both workers."""
+    reference_built()
+    tb, kube = real_testbed[0], rn_kube
+    job = "pi-handover"
+    slow = "mpirun --allow-run-as-root -n 2 sh -c 'sleep 25; exec /home/mpiuser/pi'"
+    rn_operator.stop()
+    reference = Reference(tb.kubeconfig, tb.state_dir / "reference.log")
+    try:
+        await put_reference_crd(kube.client)
+        with contextlib.suppress(Exception):
+            await kube.client.create("/api/v1/namespaces", {"metadata": {"name": "mpi-operator"}})
+        reference.start()
+        await kube.create(pi_job(job, mpi_images["openmpi4"], slow))
+        await eventually(lambda: _ranks_started(tb, kube, job), within=180, interval=1, what="mpirun's ranks sleeping")
+        reference.stop()
+        pods = {
+            p["metadata"]["name"]: p["metadata"]["uid"]
+            for p in await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}")
+        }
+    finally:
+        reference.stop()
+        await install_crd(str(tb.kubeconfig))
+        rn_operator.start()
+    await assert_pi_ran_across_workers(tb, kube, job, 2)
+    after = {
+        p["metadata"]["name"]: p["metadata"]["uid"] for p in await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}")
+    }
+    assert after == pods, (pods, after)
+
+
+async def _ranks_started(tb: cluster.Testbed, kube: Kube, job: str) -> bool:
+    """Both workers run a rank: the rank's `sleep 25` is a process in each worker container (procps)."""
+    workers = [p["metadata"]["name"] for p in await kube.workers(job) if p["status"].get("phase") == "Running"]
+    if len(workers) != 2:
+        return False
+    binary = str(resolve_bin_dir(None) / "kubectl")
+    for pod in workers:
+        argv = [binary, f"--kubeconfig={tb.kubeconfig}", "-n", kube.ns, "exec", pod, "--", "pgrep", "-f", "sleep 25"]
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        )
+        if await asyncio.wait_for(proc.wait(), timeout=30) != 0:
+            return False
+    return True
