@@ -28,7 +28,7 @@ from reference_operator import CRD_PATH, REFERENCE, Reference, reference_built
 
 from mpijob.api import constants as c
 from mpijob.cli.operator import install_crd
-from mpijob.executor.client import Client
+from mpijob.executor.client import ApiError, Client
 from mpijob_testbed import cluster
 from mpijob_testbed.client import load_api_client
 from mpijob_testbed.pods import complete_pod
@@ -131,6 +131,7 @@ async def handover(handover_testbed: cluster.Testbed) -> AsyncIterator[Handover]
         h = Handover(tb, Kube(client, NS), Reference(tb.kubeconfig, tb.state_dir / "reference.log"),
                      OperatorProcess(ours, tb.state_dir, metrics=True))  # fmt: skip
         await eventually(lambda: _default_sa(v1), within=60, what="the default ServiceAccount")
+        await eventually(lambda: _served(h.kube), within=60, what="the reference's CRD served")
         h.reference.start()
         try:
             await _under_the_reference(h)
@@ -144,6 +145,16 @@ async def handover(handover_testbed: cluster.Testbed) -> AsyncIterator[Handover]
         finally:
             h.mpijob.stop()
             h.reference.stop()
+
+
+async def _served(kube: Kube) -> bool:
+    try:
+        await kube.list("kubeflow.org/v2beta1", "MPIJob")
+    except ApiError as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
 
 
 async def _default_sa(v1: CoreV1Api) -> bool:

@@ -385,8 +385,12 @@ async def test_wait_for_workers_ready_creates_the_launcher_after_a_real_readines
         ready_at = next(x["lastTransitionTime"] for x in w["status"]["conditions"] if x["type"] == "Ready")
         assert ready_at <= created, (w["metadata"]["name"], ready_at, created)
     await assert_pi_ran_across_workers(tb, kube, job, 2)
-    restarts = [s.get("restartCount", 0) for s in launcher["status"].get("containerStatuses") or []]
-    assert sum(restarts) == 0, restarts
+    # Read again now that it ran: the object fetched when it appeared had no container status yet.
+    ran = await kube.get("v1", "Pod", launcher["metadata"]["name"])
+    assert ran is not None, "the launcher pod is gone"
+    statuses = ran["status"].get("containerStatuses") or []
+    assert statuses, ran["status"]
+    assert sum(s.get("restartCount", 0) for s in statuses) == 0, statuses
 
 
 async def test_mpich_pi_runs_across_workers_after_waiting_for_their_names(
