@@ -593,31 +593,39 @@ class World:
 
 # -- the operator over the world: its cache fed as the watch would feed it ------------------------------------
 class InformedApi(WorldApi):
-    """The World's API, whose every write reaches the controller's cache as the watch event would."""
+    """The World's API, whose every write reaches the controller's cache as the watch event would. Each
+    request gives the event loop a turn, as a real one (network I/O) does."""
 
     def __init__(self, world: World, controller: Controller | None = None) -> None:
         super().__init__(world)
         self.controller = controller
         self.writes = 0
+        # Every write request that went through, (verb, kind, name), Events apart.
+        self.written: list[tuple[str, str, str]] = []
 
     async def create(self, path: str, obj: Any) -> Any:
+        await asyncio.sleep(0)
         made = await super().create(path, obj)
-        self._written(path)
+        self._written(path, "create", obj)
         return made
 
     async def merge_patch(self, path: str, patch: Any) -> Any:
+        await asyncio.sleep(0)
         made = await super().merge_patch(path, patch)
-        self._written(path)
+        self._written(path, "patch")
         return made
 
     async def delete(self, path: str, options: Any = None) -> Any:
+        await asyncio.sleep(0)
         made = await super().delete(path, options)
-        self._written(path)
+        self._written(path, "delete")
         return made
 
-    def _written(self, path: str) -> None:
+    def _written(self, path: str, verb: str, obj: Any = None) -> None:
         if "/events" not in path:
             self.writes += 1
+            kind, name, _ = _parse_path(path)
+            self.written.append((verb, kind, str(name or (obj or {}).get("metadata", {}).get("name"))))
         assert self.controller is not None
         inform(self.controller, self.world)
 
