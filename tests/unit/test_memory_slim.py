@@ -107,9 +107,14 @@ def test_the_cached_config_map_keeps_the_discovery_list_and_digests_of_what_is_o
     assert type(kept["data"][c.DISCOVERED_HOSTS_KEY]) is str  # parsed by the planner
     for key in (c.DISCOVER_HOSTS_KEY, c.HOSTFILE_KEY):
         assert isinstance(kept["data"][key], Digest) and kept["data"][key] == full["data"][key]
-    # Not ours: no contents at all, as before.
-    foreign = copy.deepcopy(full)
-    del foreign["metadata"]["labels"][c.LABEL_OPERATOR_NAME]
+    # Without our label but controlled by an MPIJob (the reference operator labels it only `app: <job>`):
+    # kept, since the planner takes it as the job's by that reference and compares its data.
+    unlabelled = copy.deepcopy(full)
+    unlabelled["metadata"]["labels"] = {"app": "pi"}
+    assert slim.owned_object(unlabelled, "ConfigMap")["data"][c.HOSTFILE_KEY] == full["data"][c.HOSTFILE_KEY]
+    # Neither: no contents at all, as before.
+    foreign = copy.deepcopy(unlabelled)
+    foreign["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "Deployment", "controller": True}]
     assert "data" not in slim.owned_object(foreign, "ConfigMap")
 
 

@@ -18,7 +18,7 @@ from mpijob.runtime.kinds import BY_KIND
 
 from .builders import NS, elastic, mpijob, worker
 from .test_safety_fence import RecordingClient
-from .world import World, WorldApi
+from .world import InformedApi, World, inform, quiet
 
 PODS = BY_KIND["Pod"]
 Obj = dict[str, Any]
@@ -136,60 +136,13 @@ def test_a_pass_queued_by_other_news_reads_the_progress_too_and_no_later_pass_fo
 
 
 # -- the write count, with the real controller, executor and planner over the World -----------------------
-class _Informed(WorldApi):
-    """The World's API, whose every write reaches the controller's cache as the watch event would."""
-
-    def __init__(self, world: World, controller: Controller | None = None) -> None:
-        super().__init__(world)
-        self.controller = controller
-        self.writes = 0
-
-    async def create(self, path: str, obj: Any) -> Any:
-        made = await super().create(path, obj)
-        self._written(path)
-        return made
-
-    async def merge_patch(self, path: str, patch: Any) -> Any:
-        made = await super().merge_patch(path, patch)
-        self._written(path)
-        return made
-
-    async def delete(self, path: str, options: Any = None) -> Any:
-        made = await super().delete(path, options)
-        self._written(path)
-        return made
-
-    def _written(self, path: str) -> None:
-        if "/events" not in path:
-            self.writes += 1
-        assert self.controller is not None
-        inform(self.controller, self.world)
-
-
-def inform(controller: Controller, world: World) -> None:
-    """Watch events for what changed in the world since the last call (resourceVersion per object)."""
-    seen: dict[tuple[str, str], str] = getattr(controller, "_seen", {})
-    controller._seen = seen  # type: ignore[attr-defined]
-    now = {key: obj for key, obj in world.objects.items() if key[0] in controller.by_kind}
-    for key in [k for k in seen if k not in now]:
-        w = controller.by_kind[key[0]]
-        del seen[key]
-        controller.observed(w, "DELETED", w.slim({"metadata": {"name": key[1], "namespace": world.namespace}}))
-    for key, obj in now.items():
-        rv = obj["metadata"]["resourceVersion"]
-        if seen.get(key) != rv:
-            w = controller.by_kind[key[0]]
-            controller.observed(w, "ADDED" if key not in seen else "MODIFIED", w.slim(copy.deepcopy(obj)))
-            seen[key] = rv
-
-
 def _start_workers_one_by_one(job: Obj, batch: float) -> tuple[int, World]:
     """A new job of 8 workers whose pods start one after another, 10 ms apart (image pulls end at different
     times), then its launcher: the writes the operator made (Events apart), and the world it left."""
     world = World()
     world.add_nodes("node-1")
     world.add(job)
-    api = _Informed(world)
+    api = InformedApi(world)
     controller = Controller(Executor(api, post_events=True), OperatorConfig())  # type: ignore[arg-type]
     api.controller = controller
     controller.progress_batch = batch
@@ -204,17 +157,17 @@ def _start_workers_one_by_one(job: Obj, batch: float) -> tuple[int, World]:
         controller.leading.set()
         controller.queue.add((NS, "pi"))
         workers = asyncio.gather(*(controller.reconciler() for _ in range(2)))
-        await _quiet(controller)
+        await quiet(controller)
         for i in range(8):
             world.run(c.worker_name("pi", i))
             inform(controller, world)
             await asyncio.sleep(0.01)
-        await _quiet(controller)
+        await quiet(controller)
         launcher = world.start_launcher("pi")
         # The template's labels, as the Job controller copies them (the World's launcher pod lacks this one).
         world.pod(launcher["metadata"]["name"])["metadata"]["labels"][c.LABEL_OPERATOR_NAME] = c.OPERATOR_NAME
         inform(controller, world)
-        await _quiet(controller)
+        await quiet(controller)
         workers.cancel()
         await asyncio.gather(workers, return_exceptions=True)
         controller.queue.shutdown()
@@ -222,16 +175,6 @@ def _start_workers_one_by_one(job: Obj, batch: float) -> tuple[int, World]:
     asyncio.run(run())
     assert controller.stats.errors == 0
     return api.writes, world
-
-
-async def _quiet(controller: Controller) -> None:
-    """Until nothing is queued, running or due (the batch timers included) for a while."""
-    idle = 0
-    while idle < 5:
-        await asyncio.sleep(0.05)
-        queue = controller.queue
-        busy = len(queue) or queue._processing or queue._timers or queue._batches
-        idle = 0 if busy else idle + 1
 
 
 def _what_the_user_sees(world: World) -> tuple[Any, ...]:

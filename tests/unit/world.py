@@ -26,6 +26,7 @@ from mpijob.planner.actions import Action, ConfirmAbsence, Create, Defer, Delete
 from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Obj, OperatorConfig, Snapshot, format_time
+from mpijob.runtime.controller import Controller
 
 from .builders import NOW, NS, disruption_target, job_condition, node
 
@@ -403,6 +404,10 @@ class World:
             updated = merge_patch(current, body)
             if kind == "MPIJob":
                 self._admit_mpijob(updated)
+        if updated == current:
+            # As the API server: a patch that changes nothing is not a write (no new resourceVersion, no
+            # watch event); the object is returned as it was.
+            return current
         updated["metadata"]["resourceVersion"] = self.next_rv()
         self.objects[key] = updated
         return updated
@@ -584,3 +589,69 @@ class World:
             status["conditions"] = [job_condition("Failed", reason, "Job has reached the specified backoff limit")]
             status["failed"] = 1
         launcher["metadata"]["resourceVersion"] = self.next_rv()
+
+
+# -- the operator over the world: its cache fed as the watch would feed it ------------------------------------
+class InformedApi(WorldApi):
+    """The World's API, whose every write reaches the controller's cache as the watch event would. Each
+    request gives the event loop a turn, as a real one (network I/O) does."""
+
+    def __init__(self, world: World, controller: Controller | None = None) -> None:
+        super().__init__(world)
+        self.controller = controller
+        self.writes = 0
+        # Every write request that went through, (verb, kind, name), Events apart.
+        self.written: list[tuple[str, str, str]] = []
+
+    async def create(self, path: str, obj: Any) -> Any:
+        await asyncio.sleep(0)
+        made = await super().create(path, obj)
+        self._written(path, "create", obj)
+        return made
+
+    async def merge_patch(self, path: str, patch: Any) -> Any:
+        await asyncio.sleep(0)
+        made = await super().merge_patch(path, patch)
+        self._written(path, "patch")
+        return made
+
+    async def delete(self, path: str, options: Any = None) -> Any:
+        await asyncio.sleep(0)
+        made = await super().delete(path, options)
+        self._written(path, "delete")
+        return made
+
+    def _written(self, path: str, verb: str, obj: Any = None) -> None:
+        if "/events" not in path:
+            self.writes += 1
+            kind, name, _ = _parse_path(path)
+            self.written.append((verb, kind, str(name or (obj or {}).get("metadata", {}).get("name"))))
+        assert self.controller is not None
+        inform(self.controller, self.world)
+
+
+def inform(controller: Controller, world: World) -> None:
+    """Watch events for what changed in the world since the last call (resourceVersion per object)."""
+    seen: dict[tuple[str, str], str] = getattr(controller, "_seen", {})
+    controller._seen = seen  # type: ignore[attr-defined]
+    now = {key: obj for key, obj in world.objects.items() if key[0] in controller.by_kind}
+    for key in [k for k in seen if k not in now]:
+        w = controller.by_kind[key[0]]
+        del seen[key]
+        controller.observed(w, "DELETED", w.slim({"metadata": {"name": key[1], "namespace": world.namespace}}))
+    for key, obj in now.items():
+        rv = obj["metadata"]["resourceVersion"]
+        if seen.get(key) != rv:
+            w = controller.by_kind[key[0]]
+            controller.observed(w, "ADDED" if key not in seen else "MODIFIED", w.slim(copy.deepcopy(obj)))
+            seen[key] = rv
+
+
+async def quiet(controller: Controller) -> None:
+    """Until nothing is queued, running or due (the batch timers included) for a while."""
+    idle = 0
+    while idle < 5:
+        await asyncio.sleep(0.05)
+        queue = controller.queue
+        busy = len(queue) or queue._processing or queue._timers or queue._batches
+        idle = 0 if busy else idle + 1

@@ -13,9 +13,10 @@ from mpijob.api import constants
 from mpijob.api.models import ReplicaStatus
 from mpijob.planner import children
 from mpijob.planner import status as conditions
-from mpijob.planner.actions import Emit
+from mpijob.planner.actions import Action, Emit
 from mpijob.planner.draft import PlanContext, status_patch
 from mpijob.planner.snapshot import (
+    Obj,
     condition,
     condition_true,
     is_owned_by,
@@ -45,6 +46,26 @@ def created(ctx: PlanContext) -> None:
             constants.JOB_CREATED_REASON,
             f"MPIJob {meta(ctx.job).get('namespace')}/{ctx.name} is created.",
         )
+
+
+def stall_cleared(ctx: PlanContext) -> None:
+    """The ReconcileStalled condition (written by `stalled`) goes False once the runtime no longer holds the
+    job back: its plans changed, or it found nothing to write."""
+    if ctx.snapshot.held_back is None and conditions.is_true(ctx.draft.new_status, conditions.RECONCILE_STALLED):
+        conditions.set_condition(
+            ctx.draft.new_status, conditions.RECONCILE_STALLED, False, "Progressing", "plans make progress", ctx.now
+        )
+
+
+def stalled(job: Obj, message: str, now: str) -> list[Action]:
+    """What the runtime's spin guard writes, once, when it holds a job back: the ReconcileStalled condition
+    saying what the job waits for, announced by one Warning Event (posted alone when the condition already
+    says so, e.g. after a restart). Not a plan: the plan is what repeats."""
+    status = conditions.read_status(job.get("status") or {})
+    conditions.set_condition(status, conditions.RECONCILE_STALLED, True, "SameWritesRepeated", message, now)
+    warning = Emit("Warning", "ReconcileStalled", message)
+    patch = status_patch(job, job.get("status") or {}, status, now)
+    return [warning] if patch is None else [replace(patch, announce=(warning,))]
 
 
 def suspension(ctx: PlanContext, suspended: bool) -> None:

@@ -102,6 +102,7 @@ def plan(snapshot: Snapshot, *, urgent_first: bool = False) -> Plan:
     ctx = PlanContext(snapshot, spec)
     job_status.spec_fixed(ctx)
     job_status.created(ctx)
+    job_status.stall_cleared(ctx)
     if not conditions.is_finished(ctx.draft.new_status):
         # Checked first: a job whose launcher already finished gets no new workers or children.
         job_status.detect_finish(ctx)

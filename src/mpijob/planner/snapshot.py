@@ -113,6 +113,9 @@ class Snapshot:
     # Exclusive creates of this job (the SSH Secret) the operator made, by (kind, name): the uid it created,
     # or None when the name was taken (AlreadyExists). The operator does not watch Secrets (issue 8, rule 12).
     created: Mapping[tuple[str, str], str | None] = field(default_factory=dict)
+    # Set by the runtime while its spin guard holds the job back (what the repeated writes were waiting for):
+    # the ReconcileStalled condition the runtime wrote stays; None clears it (job_status.stall_cleared).
+    held_back: str | None = None
 
     @cached_property
     def workers(self) -> tuple[Obj, ...]:

@@ -24,6 +24,8 @@ RESOURCE_CONFLICT = "ResourceConflict"
 BELOW_MIN_REPLICAS = "BelowMinReplicas"
 # Ours: an edit made a started job's spec invalid; it is left as it was until the spec is fixed.
 INVALID_SPEC = "InvalidSpec"
+# Ours: the runtime's spin guard holds the job back (its plans repeated the same writes without effect).
+RECONCILE_STALLED = "ReconcileStalled"
 
 __all__ = [
     "StatusRead",

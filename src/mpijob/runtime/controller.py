@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -21,11 +21,14 @@ import orjson
 from mpijob.api.objects import Obj, is_terminating, meta, pod_ready
 from mpijob.executor.apply import Executor, Outcome
 from mpijob.executor.client import ApiError
+from mpijob.planner.actions import Action
+from mpijob.planner.job_status import stalled
 from mpijob.planner.plan import plan
-from mpijob.planner.snapshot import OperatorConfig
+from mpijob.planner.snapshot import OperatorConfig, format_time
 from mpijob.runtime.cache import Cache, Key
 from mpijob.runtime.informer import Informer, ident, same_version
 from mpijob.runtime.kinds import Watched, job_names_for, watched
+from mpijob.runtime.spin import SpinGuard
 from mpijob.runtime.workqueue import WorkQueue
 
 log = logging.getLogger("mpijob.controller")
@@ -89,6 +92,10 @@ def _only_progress(old: Obj | None, new: Obj) -> bool:
     # Other conditions (DisruptionTarget: the pod is about to go) are news, never progress.
     others = [[c for c in (v.get("conditions") or []) if c.get("type") != "Ready"] for v in (os_, ns_)]
     return others[0] == others[1]
+
+
+class Spinning(Exception):
+    """A pass repeated the same writes without effect (runtime/spin.py): the job is retried with backoff."""
 
 
 @dataclass
@@ -208,6 +215,8 @@ class Controller:
         self.stats = Stats()
         self.warm = asyncio.Event()
         self.expectations = Expectations()
+        # Jobs whose passes repeat the same writes without effect are held back (runtime/spin.py).
+        self.spin = SpinGuard()
         self.leading = asyncio.Event()
         # Leadership fences every write, not only each dequeued key (issue 8, rule 11).
         executor.fence = self.leading.is_set
@@ -313,6 +322,7 @@ class Controller:
         if job is None:
             log.debug("%s/%s: not in the cache; nothing to do", *key)
             self.expectations.forget(key)
+            self.spin.release(key)
             return None
         wait = self.expectations.wait(key, job, self.cache)
         if wait is not None and self.queue.in_later_lane(key):
@@ -323,12 +333,33 @@ class Controller:
         if wait is not None:
             return wait
         started = time.perf_counter()
-        outcome = await self._plan_and_apply(job)
+        held = self.spin.held(key)
+        outcome, actions = await self._plan_and_apply(job, held)
         self.stats.reconciles += 1
         self.stats.writes += outcome.writes
         self.stats.reconcile_seconds += time.perf_counter() - started
         self.expectations.remember(key, outcome)
-        return self._next_look(key, outcome)
+        if outcome.error is not None or outcome.conflict is not None:
+            self.spin.release(key)
+        else:
+            await self._guard(key, job, actions[: outcome.applied])
+        again = self._next_look(key, outcome)
+        # Held no more: one prompt pass clears the ReconcileStalled condition (job_status.stall_cleared).
+        return 0.0 if held is not None and self.spin.held(key) is None else again
+
+    async def _guard(self, key: Key, job: Obj, applied: Sequence[Action]) -> None:
+        """The spin guard (runtime/spin.py): a job whose passes repeat the same writes at the same
+        resourceVersion is held back (raises Spinning: the reconciler retries it with backoff); the first
+        time, the ReconcileStalled condition and one Warning Event say what it waits for."""
+        message = self.spin.observe(key, str(job["metadata"].get("resourceVersion")), applied)
+        if message is not None:
+            log.warning("%s/%s: held back: %s", *key, message)
+            outcome = await self.executor.apply(job, stalled(job, message, format_time(self.clock())))
+            self.spin.moved_to(key, outcome.job_resource_version)
+            self.expectations.remember(key, outcome)
+        held = self.spin.held(key)
+        if held is not None:
+            raise Spinning(held)
 
     def _next_look(self, key: Key, outcome: Outcome) -> float | None:
         if outcome.error is not None:
@@ -349,9 +380,10 @@ class Controller:
             return None
         return outcome.requeue_after
 
-    async def _plan_and_apply(self, job: dict[str, Any]) -> Outcome:
+    async def _plan_and_apply(self, job: dict[str, Any], held: str | None = None) -> tuple[Outcome, Sequence[Action]]:
         """plan -> apply; a plan that asks for live reads (ConfirmAbsence) gets them and is made again with
-        the answers (a few rounds at most; each round asks for a bounded number of reads)."""
+        the answers (a few rounds at most; each round asks for a bounded number of reads). Returns the
+        outcome and the last plan applied. `held`: the spin guard holds the job back (Snapshot.held_back)."""
         meta = job["metadata"]
         key = (str(meta["namespace"]), str(meta["name"]))
         checks: dict[tuple[str, str], bool] = self.expectations.carried_checks.pop(key, {})
@@ -359,7 +391,10 @@ class Controller:
         created = {k: v for k, v in self.expectations.created.pop(key, {}).items() if v != recorded}
         for _ in range(CONFIRM_ROUNDS):
             snapshot = replace(
-                self.cache.snapshot(job, self.clock(), self.config), absence_checks=dict(checks), created=dict(created)
+                self.cache.snapshot(job, self.clock(), self.config),
+                absence_checks=dict(checks),
+                created=dict(created),
+                held_back=held,
             )
             # A pass that takes hosts out of discovery plans only those writes; the deferred pass plans the
             # rest on fresh data (docs/design.md, "The urgent lane").
@@ -389,7 +424,7 @@ class Controller:
         kept: dict[tuple[str, str], str | None] = {k: v for k, v in created.items() if v is not None}
         if kept:
             self.expectations.created[key] = kept
-        return outcome
+        return outcome, actions
 
     async def reconciler(self) -> None:
         await self.warm.wait()
@@ -407,6 +442,10 @@ class Controller:
                 again = await self.reconcile(key)
             except asyncio.CancelledError:
                 raise
+            except Spinning:
+                # Held back (the Warning went out once, with the condition): backoff, as for a failure.
+                delay = self.queue.add_rate_limited(key)
+                log.debug("reconcile %s/%s: held back; again in %.2fs", key[0], key[1], delay)
             except ApiError as err:
                 # An API refusal is expected now and then (quota, admission, RBAC): say it in one line.
                 self.stats.errors += 1

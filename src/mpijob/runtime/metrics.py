@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from mpijob.api import constants as c
@@ -45,7 +45,7 @@ from mpijob.planner.status import is_true as status_is_true
 from mpijob.planner.status import state as job_state
 from mpijob.planner.workers import DISRUPTED, node_signal
 from mpijob.runtime.cache import Cache, Key
-from mpijob.runtime.controller import Controller
+from mpijob.runtime.controller import Controller, Spinning
 
 log = logging.getLogger("mpijob.metrics")
 
@@ -215,6 +215,7 @@ class Metrics:
         self.is_leader.set_function(lambda: 1.0 if controller.leading.is_set() else 0.0)
         self.registry.register(_CacheCollector(controller.cache))
         self.registry.register(_JobStateCollector(controller.cache))
+        self.registry.register(_SpinCollector(controller))
 
     def serve(self, port: int, address: str = "0.0.0.0") -> None:
         start_http_server(port, addr=address, registry=self.registry)
@@ -485,6 +486,26 @@ class _JobStateCollector(Collector):
         yield below
 
 
+class _SpinCollector(Collector):
+    """The spin guard (runtime/spin.py), read at scrape time."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        guard = self.controller.spin
+        yield CounterMetricFamily(
+            "mpijob_reconcile_spins",
+            "Jobs held back because their passes repeated the same writes at the same resourceVersion without effect",
+            value=guard.spins,
+        )
+        yield GaugeMetricFamily(
+            "mpijob_jobs_held_back",
+            "Jobs held back by the spin guard now (retried with backoff)",
+            value=guard.held_count(),
+        )
+
+
 class InstrumentedExecutor(Executor):
     """The executor, reporting what it applied. The controller is set once it exists."""
 
@@ -517,6 +538,8 @@ class InstrumentedController(Controller):
         started = time.perf_counter()
         try:
             return await super().reconcile(key)
+        except Spinning:
+            raise  # not a failure: counted by mpijob_reconcile_spins_total
         except Exception:
             self.metrics.reconcile_errors.inc()
             raise

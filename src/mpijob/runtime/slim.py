@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from mpijob.api.constants import DISCOVER_HOSTS_KEY, HOSTFILE_KEY, LABEL_OPERATOR_NAME
+from mpijob.api.models import GROUP, KIND
 
 # Longer strings are rarely repeated (scripts, messages): not worth a place in the interned table.
 _SHARED_MAX = 256
@@ -153,7 +154,21 @@ def _leaves(items: list[dict[str, Any]]) -> list[Any]:
 
 
 def _ours(body: Mapping[str, Any]) -> bool:
-    return ((body.get("metadata") or {}).get("labels") or {}).get(LABEL_OPERATOR_NAME) is not None
+    """Labelled as the operator's, or controlled by an MPIJob: the reference operator (v0.8.2) labels the
+    ConfigMap, Service, Secret and launcher Job it makes only `app: <job>`, and the planner decides whether a
+    child is a job's by its controller reference (`is_owned_by`), so the cache must keep what it compares of
+    those too (issue 30: an adopted job's ConfigMap cached without its data was patched forever)."""
+    meta = body.get("metadata") or {}
+    if (meta.get("labels") or {}).get(LABEL_OPERATOR_NAME) is not None:
+        return True
+    refs = meta.get("ownerReferences")
+    return isinstance(refs, list) and any(_mpijob_controller(ref) for ref in refs)
+
+
+def _mpijob_controller(ref: Any) -> bool:
+    if not isinstance(ref, dict) or not ref.get("controller") or ref.get("kind") != KIND:
+        return False
+    return str(ref.get("apiVersion") or "").partition("/")[0] == GROUP
 
 
 def _meta(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,131 @@
+"""The runtime refuses to spin (runtime/spin.py): a job whose passes repeat the same writes at the same
+resourceVersion, each landing without changing what the next plan reads, is held back with backoff, says so
+once (a Warning Event and the ReconcileStalled condition, naming the write) and shows in the metrics; a job
+making progress is never held back, and a steady one costs nothing."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from mpijob.api import constants as c
+from mpijob.planner.actions import Defer, Patch
+from mpijob.runtime import slim
+from mpijob.runtime.metrics import Metrics
+from mpijob.runtime.spin import SPIN_THRESHOLD, SpinGuard
+
+from .builders import elastic, mpijob
+from .test_handover_reference import Handover, _handed_over, _operate
+from .test_progress_batching import _start_workers_one_by_one
+from .world import inform
+
+Obj = dict[str, Any]
+
+
+def _blind_to_config_map_data(h: Handover) -> None:
+    """A cache that keeps no ConfigMap contents (what slim.py did to the reference operator's ConfigMap
+    before issue 30's fix): every plan wants to write the data, and the write changes nothing on the server."""
+    w = h.controller.by_kind["ConfigMap"]
+    h.controller.by_kind["ConfigMap"] = replace(w, slim=lambda body: {"metadata": slim._meta(body)})
+    h.controller._seen = {}  # type: ignore[attr-defined]  # every object delivered again, slimmed so
+    inform(h.controller, h.world)
+
+
+def _spinning() -> tuple[Handover, Metrics]:
+    h = _handed_over()
+    _blind_to_config_map_data(h)
+    metrics = Metrics(CollectorRegistry())
+    metrics.attach(h.controller)
+    return h, metrics
+
+
+def _stalled_condition(h: Handover) -> Obj | None:
+    conditions = h.world.job("pi")["status"]["conditions"]
+    return next((x for x in conditions if x["type"] == "ReconcileStalled"), None)
+
+
+def test_a_job_repeating_the_same_write_without_effect_is_held_back_with_backoff() -> None:
+    h, _ = _spinning()
+    _operate(h, 1.5, start=True)
+    # Unguarded, this loop made ~5,000 passes in 1.5 s (test_handover_reference.py on the old cache).
+    # Held after 5 passes, then retried at 0.05, 0.1, 0.2, 0.4, 0.8 s (the work queue's backoff).
+    assert h.reconciles <= 12, h.reconciles
+    assert h.controller.stats.errors == 0, "held back is not a failure"
+    config_map_writes = [w for w in h.api.written if w[1] == "ConfigMap"]
+    assert len(config_map_writes) == h.reconciles
+
+
+def test_a_held_back_job_gets_one_warning_and_a_condition_naming_the_write() -> None:
+    h, _ = _spinning()
+    _operate(h, 1.5, start=True)
+    warnings = [e for e in h.world.events if e.type == "Warning"]
+    assert [e.reason for e in warnings] == ["ReconcileStalled"]
+    assert "Patch ConfigMap pi-config" in warnings[0].message
+    cond = _stalled_condition(h)
+    assert cond is not None and cond["status"] == "True" and cond["reason"] == "SameWritesRepeated"
+    assert cond["message"] == warnings[0].message
+
+
+def test_a_held_back_job_is_counted_in_the_metrics() -> None:
+    h, metrics = _spinning()
+    assert metrics.registry.get_sample_value("mpijob_reconcile_spins_total") == 0
+    _operate(h, 1.0, start=True)
+    assert metrics.registry.get_sample_value("mpijob_reconcile_spins_total") == 1
+    assert metrics.registry.get_sample_value("mpijob_jobs_held_back") == 1
+
+
+def test_a_held_back_job_resumes_and_clears_its_condition_once_its_writes_take_effect() -> None:
+    h, metrics = _spinning()
+    _operate(h, 1.0, start=True)
+    assert h.controller.spin.held(("team-a", "pi")) is not None
+    # The cache shows the ConfigMap's data again (a relist with a fixed cache): the plan changes.
+    w = h.controller.by_kind["ConfigMap"]
+    h.controller.by_kind["ConfigMap"] = replace(w, slim=lambda body: slim.owned_object(body, "ConfigMap"))
+    cm = copy.deepcopy(h.world.get("ConfigMap", c.config_map_name("pi")))
+    assert cm is not None
+    h.controller.observed(h.controller.by_kind["ConfigMap"], "MODIFIED", h.controller.by_kind["ConfigMap"].slim(cm))
+    assert _operate(h, 2.0), "quiet again"
+    cond = _stalled_condition(h)
+    assert cond is not None and (cond["status"], cond["reason"]) == ("False", "Progressing")
+    assert metrics.registry.get_sample_value("mpijob_jobs_held_back") == 0
+    before = (h.reconciles, h.api.writes)
+    assert _operate(h, 0.5)
+    assert (h.reconciles, h.api.writes) == before
+
+
+def test_jobs_making_progress_are_never_held_back() -> None:
+    """New jobs whose workers start one by one (a pass per start), and adopted ones."""
+    for job in (mpijob(workers=8), mpijob(workers=8, elastic_policy=elastic(2, 8))):
+        _, world = _start_workers_one_by_one(copy.deepcopy(job), batch=0)
+        assert not [e for e in world.events if e.reason == "ReconcileStalled"]
+    h = _handed_over(("pi", "lm"))
+    assert _operate(h, start=True)
+    assert h.controller.spin.spins == 0
+
+
+def _patch(data: str) -> Patch:
+    return Patch("v1", "ConfigMap", "pi-config", {"data": {"hostfile": data}}, resource_version="7")
+
+
+def test_the_guard_holds_only_the_same_writes_at_the_same_job_version_repeated() -> None:
+    assert SPIN_THRESHOLD == 5
+    guard, key = SpinGuard(), ("ns", "pi")
+    for _ in range(SPIN_THRESHOLD - 1):
+        assert guard.observe(key, "10", [_patch("a"), Defer()]) is None
+    assert guard.held(key) is None
+    # Another write, or a newer job, starts the count again.
+    assert guard.observe(key, "10", [_patch("b")]) is None
+    for rv in range(11, 11 + 2 * SPIN_THRESHOLD):
+        assert guard.observe(key, str(rv), [_patch("b")]) is None
+    for _ in range(SPIN_THRESHOLD - 1):
+        guard.observe(key, "99", [_patch("b")])
+    message = guard.observe(key, "99", [replace(_patch("b"), resource_version="8")])
+    assert message is not None and "Patch ConfigMap pi-config" in message, "preconditions aside"
+    assert guard.observe(key, "99", [_patch("b")]) is None, "said once per hold"
+    assert guard.held(key) == message
+    # A pass that plans no write ends the hold.
+    assert guard.observe(key, "99", []) is None and guard.held(key) is None
+    assert guard.spins == 1
