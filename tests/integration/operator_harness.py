@@ -14,11 +14,19 @@ from pathlib import Path
 
 class OperatorProcess:
     def __init__(
-        self, kubeconfig: Path, log_dir: Path, extra_args: tuple[str, ...] = (), *, metrics: bool = False
+        self,
+        kubeconfig: Path,
+        log_dir: Path,
+        extra_args: tuple[str, ...] = (),
+        *,
+        metrics: bool = False,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.log_dir = log_dir
         self.extra_args = extra_args
+        # Added to the process's environment (an upgrade test runs an older checkout's code via PYTHONPATH).
+        self.env = env or {}
         # /metrics on a port free now; the same port across restarts, so a scrape URL stays valid.
         self.metrics_port = _free_port() if metrics else 0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -33,7 +41,7 @@ class OperatorProcess:
         assert self.proc is None or self.proc.poll() is not None, "operator already running"
         self.starts += 1
         log = self.log_path.open("wb")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         self.proc = subprocess.Popen(
             [
                 sys.executable,
