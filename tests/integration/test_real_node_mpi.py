@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,8 +120,15 @@ def pi_job(
     )
 
 
-async def finished(kube: Kube, job: str, within: float = 240) -> Obj:
+async def finished(
+    kube: Kube, job: str, within: float = 240, each_poll: Callable[[], Awaitable[None]] | None = None
+) -> Obj:
+    """The job once it has a completionTime or is Failed (post-mortem on timeout); `each_poll` runs before
+    every look, to read what is gone once the job ends."""
+
     async def done() -> Obj | None:
+        if each_poll is not None:
+            await each_poll()
         obj = await kube.job(job)
         return obj if (obj.get("status") or {}).get("completionTime") or has_condition(obj, "Failed") else None
 
@@ -222,18 +229,12 @@ async def _run_recording_placement(kube: Kube, job: str) -> tuple[Obj, dict[str,
     cleanPodPolicy Running deletes the workers as soon as the job ends."""
     placed: dict[str, str] = {}
 
-    async def done() -> Obj | None:
+    async def record() -> None:
         for pod in await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}"):
             if pod["spec"].get("nodeName"):
                 placed[pod["metadata"]["name"]] = pod["spec"]["nodeName"]
-        obj = await kube.job(job)
-        return obj if (obj.get("status") or {}).get("completionTime") or has_condition(obj, "Failed") else None
 
-    try:
-        obj = await eventually(done, within=240, interval=1, what=f"MPIJob {job} finished")
-    except AssertionError as err:
-        raise AssertionError(f"{err}\n{await _post_mortem(kube, job)}") from None
-    return obj, placed
+    return await finished(kube, job, each_poll=record), placed
 
 
 @pytest.mark.parametrize(
