@@ -97,9 +97,10 @@ def test_a_disruption_target_leaves_discovery_in_the_plan_that_first_sees_it_and
     assert requeue(actions) == GRACE
     [mark] = patches(actions, "Pod", "pi-worker-2")
     assert mark.patch["metadata"]["annotations"][c.ANNOTATION_LEAVING_REASON] == "disruption-target"
-    [event] = emits(actions, "Normal", "WorkersDisrupted")
-    assert f"DisruptionTarget {reason}" in event.message and "pi-worker-2" in event.message
+    [event] = emits(actions, "Normal", "WorkerLost")
+    assert f"pi-worker-2 (DisruptionTarget {reason})" in event.message
     assert "Worker replicas 4 -> 3" in event.message
+    assert not emits(actions, reason="WorkersDisrupted"), "ScaleIn says WorkerLost, as for a delete"
     assert not emits(actions, reason="NodeTerminating"), "its node has no signal"
     assert not emits(actions, reason="WorkersLeaving"), "announced once, by its own Event"
     assert created_names(actions, "Pod") == []
@@ -129,7 +130,7 @@ def test_scale_in_for_a_disruption_target_never_goes_below_min_replicas_and_repl
     [spec] = spec_patches(actions)
     assert spec.patch == {"spec": {"elasticPolicy": {"workersToDelete": ["pi-worker-1"]}}}
     assert created_names(actions, "Pod") == ["pi-worker-2"]
-    [event] = emits(actions, "Normal", "WorkersDisrupted")
+    [event] = emits(actions, "Normal", "WorkerLost")
     assert "minReplicas 2" in event.message
 
 
@@ -261,7 +262,7 @@ def test_world_a_graceful_node_shutdown_takes_the_worker_out_of_discovery_before
 
 def test_world_a_disruption_is_announced_once_even_when_the_mark_after_its_record_meets_a_409() -> None:
     """The kubelet updates the pod it is about to stop: a leaving mark planned before that update gets a 409,
-    after the spec patch recorded the decision. The WorkersDisrupted Event rides on that patch; it used to be
+    after the spec patch recorded the decision. The WorkerLost Event rides on that patch; it used to be
     lost (the next plan reads the name as listed)."""
     world = World(placement=["node-1", "node-2"])
     world.add_nodes("node-1", "node-2")
@@ -279,5 +280,30 @@ def test_world_a_disruption_is_announced_once_even_when_the_mark_after_its_recor
     world.settle("pi")
 
     assert err is not None and err.code == 409
-    said = [e.message for e in world.events if e.reason == "WorkersDisrupted"]
+    said = [e.message for e in world.events if e.reason == "WorkerLost"]
     assert len(said) == 1 and "pi-worker-1" in said[0] and "TerminationByKubelet" in said[0], said
+
+
+@pytest.mark.parametrize("seen", ["the DisruptionTarget condition", "the delete after it", "the pod gone"])
+def test_an_eviction_gives_one_worker_lost_event_whichever_of_its_writes_the_plan_sees(seen: str) -> None:
+    """The Eviction API writes twice (the DisruptionTarget condition, then the delete) and the pod then goes:
+    a plan may see any of the three. The same fact gives the same Event and the same decision; a plan that
+    saw the condition used to say WorkersDisrupted, one that saw the delete WorkerLost (issue 31)."""
+    job = _job()
+    pods = _pods(job, reason="EvictionByEvictionAPI")
+    if seen == "the delete after it":
+        pods[2]["metadata"]["deletionTimestamp"] = pods[2]["metadata"]["creationTimestamp"]
+    elif seen == "the pod gone":
+        del pods[2]
+
+    actions = plan(snap(job, pods, node_map=_nodes(), **_serving(job)))
+
+    [spec] = spec_patches(actions)
+    assert spec.patch["spec"]["mpiReplicaSpecs"] == {"Worker": {"replicas": 3}}
+    assert spec.patch["spec"]["elasticPolicy"] == {"workersToDelete": ["pi-worker-2"]}
+    [event] = emits(actions, "Normal", "WorkerLost")
+    assert "pi-worker-2" in event.message and "Worker replicas 4 -> 3" in event.message
+    if seen != "the pod gone":
+        assert "(DisruptionTarget EvictionByEvictionAPI)" in event.message
+    assert [e.reason for e in emits(actions) if "pi-worker-2" in e.message] == ["WorkerLost"]
+    assert created_names(actions, "Pod") == []

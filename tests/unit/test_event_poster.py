@@ -1,5 +1,6 @@
 """Events go out off the reconcile path: the reconcile does not wait for them, one job's Events keep their
-order, a failed post is dropped with a log line, and past the limit the caller waits (bounded memory)."""
+order, a post that meets a loaded API server is tried again with backoff, what cannot be posted is counted
+by why, and past the limit the caller waits (bounded memory)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from mpijob.executor.apply import Executor
 from mpijob.executor.client import LOW, ApiError
 from mpijob.executor.events import EventPoster
 from mpijob.planner.actions import Emit
+from mpijob.runtime.metrics import Metrics
 
 
 class SlowClient:
@@ -65,18 +67,18 @@ def test_one_jobs_events_keep_their_order_and_other_jobs_do_not_wait_for_them() 
     assert asyncio.run(main()) == [("A1", LOW), ("B1", LOW), ("then", 0), ("A2", LOW)]
 
 
-def test_a_failed_post_is_counted_and_the_next_event_of_the_job_still_goes() -> None:
-    async def main() -> tuple[int, int]:
+def test_a_post_that_keeps_failing_is_dropped_after_its_last_try_and_the_next_event_of_the_job_still_goes() -> None:
+    async def main() -> tuple[dict[str, int], int, list[str]]:
         client = SlowClient()
         client.fail.add("A1")
         client.release.set()
-        poster = EventPoster(client)
+        poster = EventPoster(client, tries=3, first_wait=0.001)
         await poster.post("/p", {"reason": "A1"}, "a")
         await poster.post("/p", {"reason": "A2"}, "a")
         await poster.drain(5)
-        return poster.failed, poster.posted
+        return dict(poster.dropped), poster.posted, [reason for reason, _ in client.asked]
 
-    assert asyncio.run(main()) == (1, 1)
+    assert asyncio.run(main()) == ({"retries": 1}, 1, ["A1", "A1", "A1", "A2"])
 
 
 def test_past_the_limit_the_caller_waits_for_its_event() -> None:
@@ -107,3 +109,114 @@ def test_drain_drops_what_it_could_not_post_in_time() -> None:
         return dropped, len(poster.pending)
 
     assert asyncio.run(main()) == (2, 0)
+
+
+class Server:
+    """An API server's Event collection: answers each try with the next scripted outcome (a status code, or
+    "timeout-landed": the Event is stored but the answer never comes), then 201. Stores Events by name."""
+
+    def __init__(self, *script: int | str) -> None:
+        self.script = list(script)
+        self.stored: dict[str, Any] = {}
+        self.tries = 0
+
+    async def create(self, path: str, obj: Any, *, priority: int = 0) -> Any:
+        self.tries += 1
+        name = obj["metadata"]["name"]
+        if name in self.stored:
+            raise ApiError(409, "Conflict", f"events {name!r} already exists")
+        step = self.script.pop(0) if self.script else 201
+        if step == "timeout-landed":
+            self.stored[name] = obj
+            raise TimeoutError
+        if isinstance(step, int) and step >= 300:
+            raise ApiError(step, "", "")
+        self.stored[name] = obj
+        return obj
+
+
+def _event(reason: str = "WorkerLost") -> dict[str, Any]:
+    return {"metadata": {"generateName": "j.", "namespace": "ns"}, "reason": reason}
+
+
+def _post(server: Server, *events: dict[str, Any], tries: int = 6) -> EventPoster:
+    async def main() -> EventPoster:
+        poster = EventPoster(server, tries=tries, first_wait=0.001)
+        for event in events:
+            await poster.post("/p", event, "a")
+        await poster.drain(5)
+        return poster
+
+    return asyncio.run(main())
+
+
+def test_a_loaded_api_server_delays_an_event_but_does_not_lose_it() -> None:
+    server = Server(429, 500, 503)
+
+    poster = _post(server, _event())
+
+    assert [e["reason"] for e in server.stored.values()] == ["WorkerLost"]
+    assert (poster.posted, poster.retried, dict(poster.dropped)) == (1, 3, {})
+
+
+def test_a_retry_of_a_post_that_landed_does_not_make_a_second_event() -> None:
+    server = Server("timeout-landed")
+
+    poster = _post(server, _event())
+
+    assert len(server.stored) == 1 and server.tries == 2
+    assert (poster.posted, dict(poster.dropped)) == (1, {})
+
+
+def test_a_rejected_event_is_not_tried_again_and_is_counted_as_rejected() -> None:
+    server = Server(403)
+
+    poster = _post(server, _event())
+
+    assert server.tries == 1 and not server.stored
+    assert dict(poster.dropped) == {"rejected": 1}
+
+
+def test_a_post_still_failing_after_the_last_try_is_counted_as_dropped() -> None:
+    server = Server(*[500] * 4)
+
+    poster = _post(server, _event(), tries=4)
+
+    assert server.tries == 4 and not server.stored
+    assert dict(poster.dropped) == {"retries": 1}
+
+
+def test_each_event_gets_its_own_name_from_the_jobs_prefix() -> None:
+    server = Server()
+
+    _post(server, *[_event(f"R{i}") for i in range(50)])
+
+    assert len(server.stored) == 50
+    assert all(name.startswith("j.") and len(name) > len("j.") for name in server.stored)
+    assert all("generateName" not in e["metadata"] for e in server.stored.values())
+
+
+def test_events_not_posted_when_the_operator_stops_are_counted_as_stopping() -> None:
+    async def main() -> dict[str, int]:
+        poster = EventPoster(SlowClient())  # never answers
+        await poster.post("/p", _event(), "a")
+        await poster.drain(0.05)
+        return dict(poster.dropped)
+
+    assert asyncio.run(main()) == {"stopping": 1}
+
+
+def test_dropped_events_are_exported_by_why_and_every_why_is_there_at_zero_from_the_start() -> None:
+    metrics = Metrics()
+    poster = EventPoster(Server())
+    metrics.attach_events(poster)
+    for why in ("rejected", "retries", "stopping"):
+        assert metrics.registry.get_sample_value("mpijob_events_dropped_total", {"reason": why}) == 0
+
+    _post(Server(403), _event())  # another poster: this one's counts stay
+    poster.dropped["retries"] += 2
+    poster.posted, poster.retried = 5, 7
+
+    assert metrics.registry.get_sample_value("mpijob_events_dropped_total", {"reason": "retries"}) == 2
+    assert metrics.registry.get_sample_value("mpijob_events_posted_total") == 5
+    assert metrics.registry.get_sample_value("mpijob_event_retries_total") == 7

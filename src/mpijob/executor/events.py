@@ -8,14 +8,21 @@ it is posted at once when the budget has room, and after the creates, patches an
 same time when it has not (client-go's broadcaster likewise posts Events outside the sync loop, from the
 same budget). One job's Events keep their order (each waits for the one before it). Past `limit` Events in
 flight, the caller waits for its Event, as before: memory stays bounded when the API server is slow.
-An Event is best effort, as in Kubernetes: a failed post is logged, never retried, and an operator that
-stops drops what it could not post within `drain`'s timeout.
+A post that meets a loaded API server (429, 5xx, a timeout, a dropped connection) is tried again with
+backoff, up to `tries` times (client-go's recorder tries 12 times, 10 s apart); the name is set here, as
+client-go does, so a retry of a post that did land meets 409 instead of making a second Event. What is
+dropped is counted by why (`dropped`, metric `mpijob_events_dropped_total`): `rejected` (any other 4xx, such
+as a namespace being deleted), `retries` (still failing after the last try), `stopping` (not posted within
+`drain`'s timeout when the operator stops). An Event never fails a reconcile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Protocol
@@ -47,17 +54,21 @@ class Creator(Protocol):
 
 
 class EventPoster:
-    def __init__(self, client: Creator, limit: int = 1000) -> None:
+    def __init__(self, client: Creator, limit: int = 1000, tries: int = 6, first_wait: float = 0.5) -> None:
         self.client = client
         self.limit = limit
+        self.tries = tries
+        self.first_wait = first_wait  # doubled after each failed try: 0.5 s .. 8 s, ~15 s in all
         self.pending: set[asyncio.Task[None]] = set()
         # The last Event's task of each job (by its uid): the next one of the same job waits for it.
         self._tails: dict[str, asyncio.Task[None]] = {}
         self.posted = 0
-        self.failed = 0
+        self.retried = 0
+        self.dropped: Counter[str] = Counter()  # why -> Events not posted
 
     async def post(self, path: str, body: dict[str, Any], job: str) -> None:
         """Queues one Event of `job`; returns at once unless `limit` Events are already in flight."""
+        body = _named(body)
         before = self._tails.get(job)
         if len(self.pending) >= self.limit:
             await self._send(path, body, before)
@@ -70,10 +81,37 @@ class EventPoster:
     async def _send(self, path: str, body: dict[str, Any], before: asyncio.Task[None] | None) -> None:
         if before is not None and not before.done():
             await asyncio.wait([before])
-        if await post_event(self.client.create, path, body, priority=LOW):
+        why = await self._tries(path, body)
+        if why is None:
             self.posted += 1
         else:
-            self.failed += 1
+            self.dropped[why] += 1
+
+    async def _tries(self, path: str, body: dict[str, Any]) -> str | None:
+        """Posts `body`, trying again while the API server is loaded; None once posted, else why not."""
+        wait = self.first_wait
+        error: Exception | None = None
+        for attempt in range(1, self.tries + 1):
+            try:
+                await self.client.create(path, body, priority=LOW)
+                return None
+            except ApiError as err:
+                if err.status == 409 and attempt > 1:
+                    return None  # an earlier try landed after all: the name is ours
+                if err.status != 429 and err.status < 500:
+                    log.warning("event %s rejected: %s", body.get("reason"), err)
+                    return "rejected"
+                error = err
+            except (TimeoutError, aiohttp.ClientError, OSError) as err:
+                error = err
+            if attempt < self.tries:
+                self.retried += 1
+                await asyncio.sleep(wait * random.uniform(0.8, 1.2))  # jitter
+                wait *= 2
+        log.warning(
+            "event %s dropped after %d tries: %s", body.get("reason"), self.tries, error or type(error).__name__
+        )
+        return "retries"
 
     def _done(self, job: str, task: asyncio.Task[None]) -> None:
         self.pending.discard(task)
@@ -90,4 +128,17 @@ class EventPoster:
         if late:
             log.warning("stopping: %d Event(s) not posted", len(late))
             await asyncio.gather(*late, return_exceptions=True)
+            self.dropped["stopping"] += len(late)
         return len(late)
+
+
+def _named(body: dict[str, Any]) -> dict[str, Any]:
+    """The Event with its name set here, `<object>.<nanoseconds, hex><random>` like client-go's recorder
+    (plus a random tail: two Events of one job in the same nanosecond), so that a retry cannot double it."""
+    meta = body.get("metadata") or {}
+    prefix = meta.get("generateName")
+    if not isinstance(prefix, str) or "name" in meta:
+        return body
+    name = f"{prefix}{time.time_ns():x}{random.getrandbits(16):04x}"
+    rest = {k: v for k, v in meta.items() if k != "generateName"}
+    return {**body, "metadata": {**rest, "name": name}}

@@ -232,13 +232,16 @@ def node_terminations(
     if scale_in:
         additions += [name_of(p) for p in external] + vanished
         new_replicas = min(replicas, max(policy.min_replicas, replicas - len(additions))) if additions else replicas
-    events = [*_node_events(signals, termination_policy, kueue_managed, policy, replicas, new_replicas, len(additions))]
+    floor = _floor_note(termination_policy, policy, replicas - len(additions))
+    # Under ScaleIn a worker someone else is killing is one fact whichever of the API server's writes this
+    # plan sees (an eviction's DisruptionTarget, then its delete, then the pod gone): one WorkerLost Event.
+    disrupted = [s.pod for s in signals if s.disruption] if scale_in else []
+    announced = [s for s in signals if not (scale_in and s.disruption)]
+    events = [*_node_events(announced, termination_policy, kueue_managed, replicas, new_replicas, floor)]
     events += ignored
-    if (external or vanished) and scale_in:
-        # A pod killed by someone who said why (an eviction, a preemption, a node shutdown) is named with it.
-        lost = ", ".join([name_of(p) + (f" ({why})" if (why := pod_signal(p)) else "") for p in external] + vanished)
-        message = f"workers {lost} were removed by someone else; Worker replicas {replicas} -> {new_replicas}"
-        events.append(Emit("Normal", "WorkerLost", message))
+    lost = [*disrupted, *external] if scale_in else []
+    if lost or (vanished and scale_in):
+        events.append(_lost_event(lost, vanished, replicas, new_replicas, floor))
     return Terminations(
         signals=tuple(signals),
         held=tuple(name_of(p) for p in held),
@@ -277,26 +280,36 @@ def _ignored_disruptions(workers: Sequence[Obj], record: Record) -> list[Emit]:
     return events
 
 
+def _floor_note(termination_policy: NodeTerminationPolicy, policy: ElasticPolicy, left: int) -> str:
+    if termination_policy is NodeTerminationPolicy.SCALE_IN and left < policy.min_replicas:
+        return f"; minReplicas {policy.min_replicas} reached, the rest are replaced"
+    return ""
+
+
+def _lost_event(lost: Sequence[Obj], vanished: Sequence[str], replicas: int, new_replicas: int, floor: str) -> Emit:
+    """WorkerLost: workers removed by someone else, each named with the signal its pod gives (an eviction, a
+    preemption, a node shutdown) when the plan still sees it."""
+    names = [name_of(p) + (f" ({why})" if (why := pod_signal(p)) else "") for p in lost] + list(vanished)
+    message = f"workers {', '.join(names)} were removed by someone else; Worker replicas {replicas} -> {new_replicas}"
+    return Emit("Normal", "WorkerLost", message + floor)
+
+
 def _node_events(
     signals: Sequence[Signal],
     termination_policy: NodeTerminationPolicy,
     kueue_managed: bool,
-    policy: ElasticPolicy,
     replicas: int,
     new_replicas: int,
-    additions: int,
+    floor: str,
 ) -> list[Emit]:
     """One NodeTerminating Event per node, naming its workers and what happens to them; one WorkersDisrupted
-    Event per kind of disruption of the pods themselves (`pod_signal`), likewise."""
+    Event per kind of disruption of the pods themselves (`pod_signal`; Replace only, ScaleIn says WorkerLost)."""
     if termination_policy is NodeTerminationPolicy.SCALE_IN:
         verb = f"scaling in (Worker replicas {replicas} -> {new_replicas})"
     else:
         verb = "replacing them elsewhere" + (
             " (Kueue-managed: Worker replicas stay as admitted)" if kueue_managed else ""
         )
-    floor = ""
-    if termination_policy is NodeTerminationPolicy.SCALE_IN and replicas - additions < policy.min_replicas:
-        floor = f"; minReplicas {policy.min_replicas} reached, the rest are replaced"
     events: list[Emit] = []
     on_nodes = [s for s in signals if not s.disruption]
     for node in dict.fromkeys(s.node for s in on_nodes):

@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 from mpijob.api import constants as c
 from mpijob.api.objects import Obj, is_true
 from mpijob.executor.apply import Executor, Outcome
+from mpijob.executor.events import EventPoster
 from mpijob.planner.actions import Action, Create, Delete, Patch
 from mpijob.planner.regrow import TIMED_OUT
 from mpijob.planner.snapshot import OperatorConfig, Snapshot, parse_time
@@ -216,6 +217,9 @@ class Metrics:
         self.registry.register(_CacheCollector(controller.cache))
         self.registry.register(_JobStateCollector(controller.cache))
         self.registry.register(_SpinCollector(controller))
+
+    def attach_events(self, poster: EventPoster) -> None:
+        self.registry.register(_EventCollector(poster))
 
     def serve(self, port: int, address: str = "0.0.0.0") -> None:
         start_http_server(port, addr=address, registry=self.registry)
@@ -504,6 +508,30 @@ class _SpinCollector(Collector):
             "Jobs held back by the spin guard now (retried with backoff)",
             value=guard.held_count(),
         )
+
+
+class _EventCollector(Collector):
+    """The Event poster's counts (executor/events.py), read at scrape time."""
+
+    # Every reason a drop can have, exported at 0 from the start (a rate over them is 0, not "no data").
+    DROP_REASONS = ("rejected", "retries", "stopping")
+
+    def __init__(self, poster: EventPoster) -> None:
+        self.poster = poster
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily("mpijob_events_posted", "Events posted", value=self.poster.posted)
+        yield CounterMetricFamily(
+            "mpijob_event_retries", "Event posts tried again (429, 5xx, timeout)", value=self.poster.retried
+        )
+        dropped = CounterMetricFamily(
+            "mpijob_events_dropped",
+            "Events not posted, by why: rejected (4xx), retries (still failing after the last try), stopping",
+            labels=["reason"],
+        )
+        for reason in sorted({*self.DROP_REASONS, *self.poster.dropped}):
+            dropped.add_metric([reason], self.poster.dropped[reason])
+        yield dropped
 
 
 class InstrumentedExecutor(Executor):

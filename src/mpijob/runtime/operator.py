@@ -110,6 +110,7 @@ async def run(
     )
     executor.cache = controller.cache
     metrics.attach(controller)
+    metrics.attach_events(events)
     try:
         await client.get("/version")  # learns the API server's clock before the first plan
     except Exception as err:
