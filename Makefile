@@ -63,9 +63,10 @@ integration: system-deps $(STAMP) testbed testbed-extras testbed-prometheus helm
 
 # The whole suite: static checks, unit tests, then integration tests on a real local control plane. The
 # real-node tests, the Horovod scenario among them, build what they need through testbed/ scripts (cached in
-# ~/.cache/mpijob) and skip with the reason on a machine that cannot run a real node (not root, no apt).
+# ~/.cache/mpijob) and skip with the reason on a machine that cannot run a real node (not root, no apt). The 20
+# slowest tests are printed at the end (issue 31: the warm run stays within 45 min).
 test: system-deps $(STAMP) testbed testbed-extras testbed-prometheus helm image lint
-	$(BIN)/pytest tests -q -p no:cacheprovider
+	$(BIN)/pytest tests -q -p no:cacheprovider --durations=20
 
 # A long seeded chaos run (issue 8): operator SIGKILLs across scale-in, node termination and scale-out.
 # CHAOS_SEED=n replays a run; docs/reliability.md has the counts of the last long run.

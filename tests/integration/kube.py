@@ -202,3 +202,17 @@ async def run_sh(script: str) -> str:
     if proc.returncode != 0:
         raise AssertionError(f"sh exited {proc.returncode}: {err.decode(errors='replace')}")
     return out.decode()
+
+
+async def operator_caught_up(kube: Kube, control: str) -> None:
+    """The positive control of a "nothing happened" check, in place of a fixed sleep: a suspended job created
+    now, which the operator answers (Suspended=True) only after it has read every watch event before it (one
+    watch, in order) and taken the earlier jobs' keys off its queue first. So a check made after it cannot
+    pass just because the operator was slow (a stopped or lagging operator fails it here), though a reconcile
+    of an earlier job still running on another worker is not waited for. Cheap: a suspended job has no pod."""
+    await kube.create(mpijob(control, workers=1, run_policy={"suspend": True}))
+    await eventually(lambda: _has(kube, control, "Suspended"), within=60, what=f"{control} Suspended=True")
+
+
+async def _has(kube: Kube, job: str, kind: str) -> bool:
+    return has_condition(await kube.job(job), kind)

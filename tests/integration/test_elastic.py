@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube import Kube, container, eventually, has_condition, kubectl, live, mpijob, names
+from kube import Kube, container, eventually, has_condition, kubectl, live, mpijob, names, operator_caught_up
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 from launcher import dumps, launcher
 from operator_harness import OperatorProcess
@@ -720,13 +720,20 @@ async def test_worker_evicted_or_deleted_by_someone_else_in_a_scale_in_job_is_no
             await kube.delete("v1", "Pod", w2, grace=0)
             await wait_gone(kube, job, [w2])
             job_obj = await wait_job(kube, job, lambda j: replicas_of(j) == 2 and not listed_of(j), "replicas 3 -> 2")
-            await asyncio.sleep(3)
+            await operator_caught_up(kube, f"{job}-control")
         final = await kube.workers(job)
         assert uids(final) == {n: u for n, u in uids(pods).items() if n not in (w1, w2)}
         assert not [o["metadata"]["name"] for t, o in pod_watch.versions() if t == "ADDED"]
         assert replicas_of(job_obj) == 2
-        lost = await messages(kube, job, "WorkerLost")
-        assert any(w1 in m for m in lost) and any(w2 in m for m in lost), lost
+
+        async def both_lost() -> list[str] | None:
+            # Events go out off the reconcile path (and are retried under load): waited for, with a bound.
+            lost = await messages(kube, job, "WorkerLost")
+            return lost if any(w1 in m for m in lost) and any(w2 in m for m in lost) else None
+
+        lost = await eventually(both_lost, within=30, what=f"WorkerLost Events naming {w1} and {w2}")
+        assert len(lost) == 2, lost  # one each: the eviction's two writes made one Event
+        assert not await messages(kube, job, "WorkersDisrupted")
         # They were this job's workers: no Warning about a bad name in workersToDelete.
         assert not await messages(kube, job, type_="Warning")
 
@@ -765,7 +772,7 @@ async def test_worker_deleted_while_the_operator_is_down_is_not_recreated_and_re
         finally:
             running_operator.start()
         await wait_job(kube, job, lambda j: replicas_of(j) == 3 and not listed_of(j), "replicas 4 -> 3")
-        await asyncio.sleep(3)
+        await operator_caught_up(kube, f"{job}-control")
         final = await kube.workers(job)
         assert uids(final) == {n: u for n, u in uids(pods).items() if n != w1}
         assert replicas_of(await kube.job(job)) == 3

@@ -339,7 +339,7 @@ def test_host_network_workers_use_cluster_first_with_host_net_dns() -> None:
 
 def test_a_host_network_launcher_uses_cluster_first_with_host_net_dns_too() -> None:
     # Found with real mpirun on the real nodes: with the node's resolver the launcher's ssh cannot resolve
-    # its workers' names (test_real_node_mpi.py::test_host_network_job_succeeds).
+    # its workers' names (test_real_node_mpi.py::test_host_network_job_resolves_its_worker_through_cluster_dns...).
     job = mpijob(workers=1, worker={"replicas": 1, "template": template(hostNetwork=True)})
     job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["hostNetwork"] = True
     launcher = _one(creates(plan(snap(job)), "Job"))
