@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration system-deps testbed testbed-node testbed-extras testbed-prometheus chart-files e2e helm bench compare crd docs bundle plugin-archive lock image clean chaos
+.PHONY: demo test lint unit integration system-deps testbed testbed-node testbed-extras testbed-prometheus chart-files e2e helm bench compare crd docs bundle plugin-archive lock image clean chaos soak
 TESTBED_BIN ?= $(or $(MPIJOB_TESTBED_BIN),.cache/testbed/bin)
 
 # The operator with its dev tools, and the development testbed (its own distribution: testbed/pyproject.toml).
@@ -76,6 +76,17 @@ CHAOS_SEED ?= 20261130
 CHAOS_FAULT_ROUNDS ?= 3
 chaos: $(STAMP) testbed
 	MPIJOB_CHAOS_STEPS=$(CHAOS_STEPS) MPIJOB_CHAOS_SEED=$(CHAOS_SEED) MPIJOB_CHAOS_FAULT_ROUNDS=$(CHAOS_FAULT_ROUNDS) $(BIN)/pytest tests/integration/test_chaos.py -q -s -p no:cacheprovider
+
+# A flake census (issue 31): SOAK_RUNS pytest runs in a row of SOAK_TESTS (modules or node ids), all on one
+# testbed; per test its pass/fail/error/skip counts and min/median/max durations in SOAK_DIR/soak.md and
+# soak.json (default .cache/soak/<start time>). SOAK_HOG=1: beside a busy loop taking one core. Exits 1 when
+# any run had a failure or an error, after writing the report. docs/testbed.md, "A flake census".
+SOAK_TESTS ?= tests/integration
+SOAK_RUNS ?= 5
+SOAK_HOG ?= 0
+SOAK_DIR ?=
+soak: $(STAMP) testbed
+	$(BIN)/python bench/soak.py --runs $(SOAK_RUNS) $(if $(filter 1,$(SOAK_HOG)),--hog) $(if $(SOAK_DIR),--out $(SOAK_DIR)) $(SOAK_TESTS)
 
 bench: $(STAMP) testbed
 	$(BIN)/python bench/run.py
