@@ -63,6 +63,16 @@ def annotations_of(obj: Obj) -> dict[str, str]:
     return dict(meta(obj).get("annotations") or {})
 
 
+def controller_ref(metadata: Any) -> dict[str, Any] | None:
+    """The owner reference marked controller in an object's metadata, or None. Defensive: the informers call
+    it on objects as the API server sent them, before anything checked their shape."""
+    refs = metadata.get("ownerReferences") if isinstance(metadata, dict) else None
+    for ref in refs if isinstance(refs, list) else ():
+        if isinstance(ref, dict) and ref.get("controller"):
+            return ref
+    return None
+
+
 def controller_uid(obj: Obj) -> str | None:
     for ref in (obj.get("metadata") or _EMPTY).get("ownerReferences") or ():
         if ref.get("controller"):

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from mpijob.api import constants as c
-from mpijob.api.objects import Obj
+from mpijob.api.objects import Obj, controller_ref, controller_uid
 from mpijob.planner.snapshot import OperatorConfig, Snapshot
 
 Key = tuple[str, str]
@@ -19,31 +19,16 @@ def _one(index: Any, key: Any) -> Any:
     return None if index is None else index.get(key)
 
 
-def _controller_ref(meta: Any) -> dict[str, Any] | None:
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("controller"):
-            found: dict[str, Any] = ref
-            return found
-    return None
-
-
 # What the secondary pod maps hold of a pod: its controller's uid, its node and its job's name.
 _Links = tuple[str | None, str | None, str | None]
 
 
 def _links(pod: Obj) -> _Links:
     meta = pod.get("metadata") or {}
-    ref = _controller_ref(meta)
+    ref = controller_ref(meta)
     job = (meta.get("labels") or {}).get(c.LABEL_JOB_NAME)
     node = (pod.get("spec") or {}).get("nodeName") or None
     return (str(ref["uid"]) if ref else None, node, str(job) if job else None)
-
-
-def _controller_uid(obj: Obj) -> str | None:
-    for ref in obj["metadata"].get("ownerReferences") or []:
-        if ref.get("controller"):
-            return str(ref.get("uid"))
-    return None
 
 
 class _NamespacePods(Mapping[str, Obj]):
@@ -174,7 +159,7 @@ class Cache:
         keys = [k for k in self._by_owner.get(uid) or () if k[0] == namespace]
         pods = (_one(self.indexes["pods"], k) for k in keys)
         # Checked against the pods store: the owner map is only a way in.
-        return [p for p in pods if p is not None and _controller_uid(p) == uid]
+        return [p for p in pods if p is not None and controller_uid(p) == uid]
 
     def jobs_on_node(self, node: str) -> list[Key]:
         return list(dict.fromkeys((key[0], job) for key, job in (self._by_node.get(node) or {}).items()))

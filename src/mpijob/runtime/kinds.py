@@ -10,7 +10,7 @@ from typing import Any
 
 from mpijob.api import constants as c
 from mpijob.api.models import GROUP, KIND, PLURAL, VERSION
-from mpijob.api.objects import Obj
+from mpijob.api.objects import Obj, controller_ref
 from mpijob.planner import podgroups
 from mpijob.runtime import slim
 
@@ -19,14 +19,6 @@ Key = tuple[str, str]
 # Child-name suffixes: an object named like a child of job J maps to J even when J does not own it,
 # so a conflicting object that goes away wakes its job up.
 _SUFFIXES = tuple(name("") for name in (c.launcher_name, c.config_map_name, c.secret_name, c.pdb_name))
-
-
-def controller_ref(meta: Any) -> dict[str, Any] | None:
-    for ref in meta.get("ownerReferences") or []:
-        if ref.get("controller"):
-            found: dict[str, Any] = ref
-            return found
-    return None
 
 
 def job_names_for(name: str, labels: Any, meta: Any) -> list[str]:

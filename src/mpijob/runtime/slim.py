@@ -12,6 +12,7 @@ import orjson
 
 from mpijob.api.constants import DISCOVER_HOSTS_KEY, HOSTFILE_KEY, LABEL_OPERATOR_NAME
 from mpijob.api.models import GROUP, KIND
+from mpijob.api.objects import controller_ref
 
 # Longer strings are rarely repeated (scripts, messages): not worth a place in the interned table.
 _SHARED_MAX = 256
@@ -161,14 +162,8 @@ def _ours(body: Mapping[str, Any]) -> bool:
     meta = body.get("metadata") or {}
     if (meta.get("labels") or {}).get(LABEL_OPERATOR_NAME) is not None:
         return True
-    refs = meta.get("ownerReferences")
-    return isinstance(refs, list) and any(_mpijob_controller(ref) for ref in refs)
-
-
-def _mpijob_controller(ref: Any) -> bool:
-    if not isinstance(ref, dict) or not ref.get("controller") or ref.get("kind") != KIND:
-        return False
-    return str(ref.get("apiVersion") or "").partition("/")[0] == GROUP
+    ref = controller_ref(meta)
+    return ref is not None and ref.get("kind") == KIND and str(ref.get("apiVersion") or "").partition("/")[0] == GROUP
 
 
 def _meta(body: Mapping[str, Any]) -> dict[str, Any]:
