@@ -2,7 +2,8 @@
 # Builds the real node's MPI images without a registry, as OCI archives, for the pi example's jobs:
 #   openmpi4  Debian 12 bookworm, OpenMPI 4.1 (openmpi-bin)
 #   openmpi5  Debian 13 trixie, OpenMPI 5.0 (openmpi-bin)
-#   mpich     Debian 12 bookworm, MPICH 4.0 (mpich)
+#   mpich     Debian 13 trixie, MPICH 4.2 (mpich), as the reference's MPICH image (bookworm's 4.0.2 hung in
+#             MPI_Finalize in 2 of 8 runs; docs/results.md)
 # Each has /home/mpiuser/pi (testbed/mpi/pi.c, compiled in the image against its MPI), openssh-server/client
 # on port 2222 for root's sshd (the default command, `/usr/sbin/sshd -De`) and for mpiuser's
 # (`/usr/sbin/sshd -De -f /home/mpiuser/.sshd_config`), user mpiuser (uid/gid 1000), procps, and
@@ -20,7 +21,7 @@ images_setup "${1:-}" "${BASH_SOURCE[0]}"
 shift
 mpi_dir="$(readlink -f "$here/mpi")"
 
-declare -A release=([openmpi4]=bookworm [openmpi5]=trixie [mpich]=bookworm)
+declare -A release=([openmpi4]=bookworm [openmpi5]=trixie [mpich]=trixie)
 # Trixie's openssh-server needs a sysusers provider: the standalone one, not all of systemd.
 declare -A mpi_pkgs=([openmpi4]=openmpi-bin [openmpi5]=openmpi-bin,systemd-standalone-sysusers [mpich]=mpich)
 # Only for compiling pi; customize-rootfs.sh purges them (with what they pulled in) before packing.

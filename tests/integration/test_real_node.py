@@ -115,7 +115,9 @@ def rn_operator(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> Iterato
 @pytest.fixture
 async def rn_kube(rn_api: ApiClient, request: pytest.FixtureRequest) -> AsyncIterator[Kube]:
     v1 = CoreV1Api(rn_api)
-    name = f"rn-{request.node.name[5:30].replace('_', '-').strip('-')}-{uuid.uuid4().hex[:6]}"
+    # A DNS label: a parametrized test's id ("[openmpi4]") has characters a namespace cannot.
+    stem = re.sub(r"[^a-z0-9]+", "-", request.node.name[5:30].lower()).strip("-")
+    name = f"rn-{stem}-{uuid.uuid4().hex[:6]}"
     await v1.create_namespace({"metadata": {"name": name}})
 
     async def sa() -> bool:
