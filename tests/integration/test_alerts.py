@@ -34,7 +34,6 @@ from test_elastic import (
     wait_workers,
 )
 
-from mpijob.api.models import ElasticPolicy
 from mpijob_testbed import SPOT_ITN_TAINT, cluster, extras, taint_node
 from mpijob_testbed import prometheus as prom
 from mpijob_testbed.errors import TestbedError
@@ -49,14 +48,6 @@ DASHBOARD = REPO / "deploy/grafana/mpijob-dashboard.json"
 # Grafana's $__rate_interval for this dashboard's default range (1 h) and the chart's 30 s scrape:
 # max($__interval + scrape, 4 x scrape) = 2 m.
 RATE_INTERVAL = "2m"
-# Agreed with issue 19 (regrow); a query reading one of these answers once that code is merged, which the API
-# models tell (elasticPolicy.regrow).
-REGROW = "regrow" in ElasticPolicy.model_fields
-REGROW_METRICS = (
-    "mpijob_elastic_regrow_probes_total",
-    "mpijob_elastic_jobs_below_target",
-    "mpijob_elastic_jobs_regrow_backoff",
-)
 # What the scenario must fire (the test rules variant has every `for:` at 0 s; the rest must stay quiet).
 EXPECTED = "MPIJobBelowMinReplicas"
 
@@ -174,10 +165,10 @@ async def test_spot_interruption_below_min_replicas_fires_its_alert_only_and_eve
     signal = f"taint:{SPOT_ITN_TAINT}"
     name = "alerts"
     async with own_nodes(api, kube, "a", "b", "c", spot=("b", "c")) as (node_a, node_b, node_c):
-        # With the regrow code (issue 19), regrow on (elastic_job turns it off): after b the job grows back on c,
-        # and after c its probes wait for a node; a probe timeout longer than the test keeps it out of backoff.
-        regrow = {"regrow": {"enabled": True, "probeTimeoutSeconds": 3600}} if REGROW else {}
-        body = elastic_job(name, [node_b, node_c], workers=4, min_replicas=2, grace=2, **regrow)
+        # Regrow on (elastic_job turns it off): after b the job grows back on c, and after c its probes wait
+        # for a node; a probe timeout longer than the test keeps it out of backoff.
+        regrow = {"enabled": True, "probeTimeoutSeconds": 3600}
+        body = elastic_job(name, [node_b, node_c], workers=4, min_replicas=2, grace=2, regrow=regrow)
         body["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["nodeSelector"] = {HOSTNAME: node_a}
         pods = await start_job(kube, body, [node_b, node_c])
         # 1. b's spot interruption: its two workers leave, the job holds its floor (2 of minReplicas 2).
@@ -192,8 +183,7 @@ async def test_spot_interruption_below_min_replicas_fires_its_alert_only_and_eve
         )
         quiet = firing(layout)
         assert not quiet, f"alerts firing before the job went below its floor: {sorted(quiet)}"
-        if REGROW:
-            await wait_workers(kube, name, all_running_live(4), "grown back to 4 workers on node c", within=180)
+        await wait_workers(kube, name, all_running_live(4), "grown back to 4 workers on node c", within=180)
         on_c = sorted(p["metadata"]["name"] for p in live(await kube.workers(name)) if node_of(p) == node_c)
         # 2. c's too: its workers go at once, their replacements have nowhere to run -> BelowMinReplicas.
         await taint_node(api, node_c, SPOT_ITN_TAINT, effect="NoSchedule")
@@ -209,7 +199,7 @@ async def test_spot_interruption_below_min_replicas_fires_its_alert_only_and_eve
         assert below["state"] == "firing" and below["labels"]["severity"] == "warning"
         assert float(below["value"]) >= 1
 
-        answers, pending = await _evaluate_panels(layout)
+        answers = await _evaluate_panels(layout)
         # The same interruptions from the user's side: `mpijob history` (what kubectl mpijob history runs).
         args = ("history", name, "-n", kube.ns, "--kubeconfig", str(kubeconfig))
         code, text = await mpijob_cli(*args)
@@ -225,9 +215,6 @@ async def test_spot_interruption_below_min_replicas_fires_its_alert_only_and_eve
             assert node in entry["message"]
     for title, expr, result in answers:
         _echo(f"[dashboard] {title}: {expr} -> {result}")
-    if pending:
-        _echo(f"[dashboard] NOT evaluated (the regrow code, issue 19, is not in this tree): {pending}")
-        pytest.xfail(f"the alert part passed; dashboard queries needing the regrow metrics (issue 19): {pending}")
 
 
 def _below_min(job: dict[str, Any]) -> bool:
@@ -251,17 +238,14 @@ async def _fired(layout: Layout, name: str) -> dict[str, list[dict[str, Any]]] |
     return alerts if any(a["state"] == "firing" for a in alerts.get(name, [])) else None
 
 
-async def _evaluate_panels(layout: Layout) -> tuple[list[tuple[str, str, Any]], list[tuple[str, str]]]:
+async def _evaluate_panels(layout: Layout) -> list[tuple[str, str, Any]]:
     """Every panel's query with Grafana's $__rate_interval substituted: each must answer with a number (not
-    nothing, not only NaN). Without the regrow code the queries that read its metrics are listed, not passed."""
-    pending = [(t, e) for t, e in panel_queries() if not REGROW and any(m in e for m in REGROW_METRICS)]
+    nothing, not only NaN), the regrow panel's included."""
     answers = []
     for title, expr in panel_queries():
-        if (title, expr) in pending:
-            continue
         concrete = expr.replace("$__rate_interval", RATE_INTERVAL)
         result = await eventually(
             lambda concrete=concrete: _answer(layout, concrete), within=90, what=f"panel {title!r}: {concrete}"
         )
         answers.append((title, concrete, [(r["metric"], r["value"][1]) for r in result]))
-    return answers, pending
+    return answers
