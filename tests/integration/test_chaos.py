@@ -24,6 +24,7 @@ import signal
 from typing import Any
 
 import pytest
+from cannot_run import cannot_run
 from kube import Kube, eventually, live
 from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess
@@ -244,7 +245,7 @@ async def test_seeded_faults_watch_expiry_apiserver_restart_409_storm_and_lease_
     component_restarts: list[str],
 ) -> None:
     if testbed is None:
-        pytest.skip("restarts the project testbed's kube-apiserver")
+        cannot_run("restarts the project testbed's kube-apiserver (MPIJOB_TEST_KUBECONFIG points elsewhere)")
     rng = random.Random(SEED)
     job = "faults"
     # Two operators in a leader election; relists every 3 s (+-20 %), so a watch gap closes quickly.

@@ -1,6 +1,7 @@
 """Gang scheduling and Kueue, against the real components on the testbed: Kueue's controller manager (with
 its webhooks) and the scheduler-plugins scheduler running the Coscheduling plugin, both built from their Go
-modules by testbed/extras/build.sh. Tests skip, saying why, only when a component could not be built.
+modules by testbed/extras/build.sh. Tests skip, saying why, only when a component could not be built or
+MPIJOB_TEST_KUBECONFIG points away from the testbed; in CI (CI=true) that is a failure (cannot_run.py).
 
 Each test works on its own kwok nodes (tainted so that only its pods land there, see test_elastic.py) and
 its own cluster-scoped Kueue objects, deleted afterwards.
@@ -43,9 +44,10 @@ def _echo(message: str) -> None:
 
 
 def _components(testbed: cluster.Testbed | None, name: str) -> None:
-    """Start `name` on the session's testbed; skip (with the reason) only if it cannot be built here."""
+    """Start `name` on the session's testbed; skip (with the reason; a failure under CI=true, cannot_run.py) if
+    there is no testbed or it cannot be built here."""
     if testbed is None:
-        pytest.skip("needs the local testbed (MPIJOB_TEST_KUBECONFIG points elsewhere)")
+        cannot_run("needs the local testbed (MPIJOB_TEST_KUBECONFIG points elsewhere)")
     try:
         extras.build([name], echo=_echo)
     except TestbedError as err:
