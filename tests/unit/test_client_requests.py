@@ -139,13 +139,30 @@ def test_the_clock_offset_follows_every_response_though_a_repeated_header_is_par
     clock = ServerClock()
     base = datetime(2026, 12, 1, 22, 59, 50, tzinfo=UTC)
     clock.observe("Tue, 01 Dec 2026 23:00:00 GMT", local=base)
-    assert clock.offset == timedelta(seconds=10.5)
+    assert clock.offset == timedelta(seconds=10)
     # The same header read later: the same server second, a later local time, so a smaller offset.
     clock.observe("Tue, 01 Dec 2026 23:00:00 GMT", local=base + timedelta(seconds=0.25))
-    assert clock.offset == timedelta(seconds=10.25)
+    assert clock.offset == timedelta(seconds=9.75)
     clock.observe("Tue, 01 Dec 2026 23:00:01 GMT", local=base + timedelta(seconds=0.5))
-    assert clock.offset == timedelta(seconds=11)
+    assert clock.offset == timedelta(seconds=10.5)
     # What does not parse changes nothing, even after a good one.
     clock.observe("not a date", local=base)
     clock.observe("Tue, 01 Dec 2026 23:00:05", local=base)
-    assert clock.offset == timedelta(seconds=11)
+    assert clock.offset == timedelta(seconds=10.5)
+
+
+def test_the_clock_is_never_ahead_of_the_api_servers_whatever_fraction_of_a_second_the_header_was_cut_at() -> None:
+    """A Date header is the server's second, truncated, written before the operator reads it: taken as a
+    lower bound, the operator's clock never runs ahead, so no deadline it told is met early (issue 31: a
+    leaving worker was deleted up to 0.5 s before its deadline with the midpoint estimate)."""
+    local = datetime(2026, 12, 1, 22, 0, 0, tzinfo=UTC)
+    true_offset = timedelta(seconds=3)
+    for fraction in (0.0, 0.2, 0.5, 0.8, 0.999):
+        server_now = local + true_offset + timedelta(seconds=fraction)
+        header = server_now.replace(microsecond=0).strftime("%a, %d %b %Y %H:%M:%S GMT")
+        for latency in (0.0, 0.05, 0.3):  # the response read a moment after the server wrote its header
+            clock = ServerClock()
+            clock.observe(header, local=local + timedelta(seconds=fraction + latency))
+            estimate = local + timedelta(seconds=fraction + latency) + clock.offset
+            real = server_now + timedelta(seconds=latency)
+            assert timedelta(0) <= real - estimate < timedelta(seconds=1.5), (fraction, latency)

@@ -121,6 +121,7 @@ class ServerClock:
 
     Times the operator writes and later compares (a leaving worker's `leaving-since`, then its grace period)
     are taken on this clock, so a new leader whose own clock is skewed agrees with the one that wrote them.
+    It errs late, never early (up to about a second behind the server's).
     """
 
     def __init__(self) -> None:
@@ -143,8 +144,10 @@ class ServerClock:
             if server.tzinfo is None:
                 return
             self._parsed = (date_header, server)
-        # The header is truncated to the second: half a second is the expected error.
-        self.offset = server + timedelta(seconds=0.5) - (local or datetime.now(UTC))
+        # The header is truncated to the second and was written before we read it: the server's time now is
+        # at least `server`. Taken as that lower bound, so the operator's clock is never ahead of the API
+        # server's (up to ~1 s behind): a leaving worker is never deleted before the deadline it was told.
+        self.offset = server - (local or datetime.now(UTC))
         self.seen = True
 
     def now(self) -> datetime:
