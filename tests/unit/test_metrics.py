@@ -264,3 +264,9 @@ def test_regrow_probes_are_counted_created_timed_out_and_bound_and_the_gauges_re
         step(30)
     assert world.replicas("pi") == 4
     assert _value(m, "mpijob_elastic_regrow_probes_total", result="bound") == 2
+
+
+def test_the_regrow_probe_counters_exist_at_zero_before_the_first_probe() -> None:
+    metrics = Metrics()
+    for result in ("created", "bound", "timed-out"):
+        assert metrics.registry.get_sample_value("mpijob_elastic_regrow_probes_total", {"result": result}) == 0

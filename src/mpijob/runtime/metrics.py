@@ -208,6 +208,10 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        # At 0 from the start: an increase() over them counts the first probes too (a series that appears at
+        # 2 shows Prometheus no increase), as for the conflicts above.
+        for result in ("created", "bound", "timed-out"):
+            self.regrow_probes.labels(result)
 
     # -- wiring (one call each from the operator) ----------------------------------------------------------
     def attach(self, controller: Controller) -> None:
