@@ -33,8 +33,13 @@ from mpijob.executor.client import LOW, ApiError
 
 log = logging.getLogger("mpijob.executor")
 
-# Failures of a post that are logged and dropped (an Event never fails a reconcile).
-POST_ERRORS = (ApiError, TimeoutError, aiohttp.ClientError, OSError)
+# Failures of a post that a retry may cure (a loaded or restarting API server), and all that are logged and
+# dropped (an Event never fails a reconcile).
+TRANSIENT_ERRORS = (TimeoutError, aiohttp.ClientError, OSError)
+POST_ERRORS = (ApiError, *TRANSIENT_ERRORS)
+# Why an Event was not posted: the label values of mpijob_events_dropped_total.
+REJECTED, RETRIES, STOPPING = "rejected", "retries", "stopping"
+DROP_REASONS = (REJECTED, RETRIES, STOPPING)
 
 
 async def post_event(create: Callable[..., Awaitable[Any]], path: str, body: dict[str, Any], **how: Any) -> bool:
@@ -100,9 +105,9 @@ class EventPoster:
                     return None  # an earlier try landed after all: the name is ours
                 if err.status != 429 and err.status < 500:
                     log.warning("event %s rejected: %s", body.get("reason"), err)
-                    return "rejected"
+                    return REJECTED
                 error = err
-            except (TimeoutError, aiohttp.ClientError, OSError) as err:
+            except TRANSIENT_ERRORS as err:
                 error = err
             if attempt < self.tries:
                 self.retried += 1
@@ -111,7 +116,7 @@ class EventPoster:
         log.warning(
             "event %s dropped after %d tries: %s", body.get("reason"), self.tries, error or type(error).__name__
         )
-        return "retries"
+        return RETRIES
 
     def _done(self, job: str, task: asyncio.Task[None]) -> None:
         self.pending.discard(task)
@@ -128,7 +133,7 @@ class EventPoster:
         if late:
             log.warning("stopping: %d Event(s) not posted", len(late))
             await asyncio.gather(*late, return_exceptions=True)
-            self.dropped["stopping"] += len(late)
+            self.dropped[STOPPING] += len(late)
         return len(late)
 
 

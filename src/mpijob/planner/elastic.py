@@ -235,12 +235,13 @@ def node_terminations(
     floor = _floor_note(termination_policy, policy, replicas - len(additions))
     # Under ScaleIn a worker someone else is killing is one fact whichever of the API server's writes this
     # plan sees (an eviction's DisruptionTarget, then its delete, then the pod gone): one WorkerLost Event.
-    disrupted = [s.pod for s in signals if s.disruption] if scale_in else []
-    announced = [s for s in signals if not (scale_in and s.disruption)]
+    announced, lost = signals, []
+    if scale_in:
+        announced = [s for s in signals if not s.disruption]
+        lost = [*(s.pod for s in signals if s.disruption), *external]
     events = [*_node_events(announced, termination_policy, kueue_managed, replicas, new_replicas, floor)]
     events += ignored
-    lost = [*disrupted, *external] if scale_in else []
-    if lost or (vanished and scale_in):
+    if scale_in and (lost or vanished):
         events.append(_lost_event(lost, vanished, replicas, new_replicas, floor))
     return Terminations(
         signals=tuple(signals),

@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 from mpijob.api import constants as c
 from mpijob.api.objects import Obj, is_true
 from mpijob.executor.apply import Executor, Outcome
-from mpijob.executor.events import EventPoster
+from mpijob.executor.events import DROP_REASONS, EventPoster
 from mpijob.planner.actions import Action, Create, Delete, Patch
 from mpijob.planner.regrow import TIMED_OUT
 from mpijob.planner.snapshot import OperatorConfig, Snapshot, parse_time
@@ -517,9 +517,6 @@ class _SpinCollector(Collector):
 class _EventCollector(Collector):
     """The Event poster's counts (executor/events.py), read at scrape time."""
 
-    # Every reason a drop can have, exported at 0 from the start (a rate over them is 0, not "no data").
-    DROP_REASONS = ("rejected", "retries", "stopping")
-
     def __init__(self, poster: EventPoster) -> None:
         self.poster = poster
 
@@ -533,7 +530,8 @@ class _EventCollector(Collector):
             "Events not posted, by why: rejected (4xx), retries (still failing after the last try), stopping",
             labels=["reason"],
         )
-        for reason in sorted({*self.DROP_REASONS, *self.poster.dropped}):
+        # Every reason, at 0 from the start: a rate over them is 0, not "no data".
+        for reason in sorted({*DROP_REASONS, *self.poster.dropped}):
             dropped.add_metric([reason], self.poster.dropped[reason])
         yield dropped
 
