@@ -364,13 +364,13 @@ class ApiStandIn:
     async def get(self, path: str) -> Any:
         return await self.request("GET", path)
 
-    async def create(self, path: str, obj: Any) -> Any:
+    async def create(self, path: str, obj: Any, **_: Any) -> Any:
         return await self._refuse("POST", path)
 
-    async def merge_patch(self, path: str, patch: Any) -> Any:
+    async def merge_patch(self, path: str, patch: Any, **_: Any) -> Any:
         return await self._refuse("PATCH", path)
 
-    async def delete(self, path: str, options: Any = None) -> Any:
+    async def delete(self, path: str, options: Any = None, **_: Any) -> Any:
         return await self._refuse("DELETE", path)
 
 

@@ -15,11 +15,11 @@ class RecordingClient:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    async def merge_patch(self, path: str, patch: Any) -> Any:
+    async def merge_patch(self, path: str, patch: Any, **_: Any) -> Any:
         self.calls.append(("PATCH", path))
         return {"metadata": {"resourceVersion": "43"}}
 
-    async def create(self, path: str, obj: Any) -> Any:
+    async def create(self, path: str, obj: Any, **_: Any) -> Any:
         self.calls.append(("POST", path))
         return obj
 
@@ -43,7 +43,7 @@ def test_executor_applies_the_urgent_writes_and_stops_at_defer() -> None:
 
 
 class TimingOutEvents(RecordingClient):
-    async def create(self, path: str, obj: Any) -> Any:
+    async def create(self, path: str, obj: Any, **_: Any) -> Any:
         if path.endswith("/events"):
             raise TimeoutError
         return await super().create(path, obj)

@@ -21,15 +21,15 @@ class RecordingClient:
     def __init__(self) -> None:
         self.writes: list[tuple[str, str]] = []
 
-    async def create(self, path: str, obj: Any) -> Any:
+    async def create(self, path: str, obj: Any, **_: Any) -> Any:
         self.writes.append(("POST", path))
         return obj
 
-    async def merge_patch(self, path: str, patch: Any) -> Any:
+    async def merge_patch(self, path: str, patch: Any, **_: Any) -> Any:
         self.writes.append(("PATCH", path))
         return {}
 
-    async def delete(self, path: str, options: Any = None) -> Any:
+    async def delete(self, path: str, options: Any = None, **_: Any) -> Any:
         self.writes.append(("DELETE", path))
         return {}
 

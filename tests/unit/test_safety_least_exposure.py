@@ -190,7 +190,7 @@ def test_an_older_operators_running_job_keeps_its_secret_without_a_create() -> N
 
 
 class _TakenNameClient(RecordingClient):
-    async def create(self, path: str, obj: Any) -> Any:
+    async def create(self, path: str, obj: Any, **_: Any) -> Any:
         self.writes.append(("POST", path))
         if obj["kind"] == "Secret":
             raise ApiError(409, "AlreadyExists", "secrets pi-ssh already exists")

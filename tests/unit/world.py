@@ -91,19 +91,19 @@ class WorldApi:
             raise client.ApiError(404, "NotFound", path)
         return copy.deepcopy(found)
 
-    async def create(self, path: str, obj: Any) -> Any:
+    async def create(self, path: str, obj: Any, **_: Any) -> Any:
         kind, _, _ = _parse_path(path)
         if kind == "Event":
             self.world.events.append(Emit(obj["type"], obj["reason"], obj["message"]))
             return obj
         return self._answer(lambda: self.world._create(obj))
 
-    async def merge_patch(self, path: str, patch: Any) -> Any:
+    async def merge_patch(self, path: str, patch: Any, **_: Any) -> Any:
         kind, name, sub = _parse_path(path)
         assert name is not None, path
         return self._answer(lambda: self.world._patch(kind, name, patch, sub))
 
-    async def delete(self, path: str, options: Any = None) -> Any:
+    async def delete(self, path: str, options: Any = None, **_: Any) -> Any:
         kind, name, _ = _parse_path(path)
         assert name is not None, path
         uid = ((options or {}).get("preconditions") or {}).get("uid")
@@ -603,19 +603,19 @@ class InformedApi(WorldApi):
         # Every write request that went through, (verb, kind, name), Events apart.
         self.written: list[tuple[str, str, str]] = []
 
-    async def create(self, path: str, obj: Any) -> Any:
+    async def create(self, path: str, obj: Any, **_: Any) -> Any:
         await asyncio.sleep(0)
         made = await super().create(path, obj)
         self._written(path, "create", obj)
         return made
 
-    async def merge_patch(self, path: str, patch: Any) -> Any:
+    async def merge_patch(self, path: str, patch: Any, **_: Any) -> Any:
         await asyncio.sleep(0)
         made = await super().merge_patch(path, patch)
         self._written(path, "patch")
         return made
 
-    async def delete(self, path: str, options: Any = None) -> Any:
+    async def delete(self, path: str, options: Any = None, **_: Any) -> Any:
         await asyncio.sleep(0)
         made = await super().delete(path, options)
         self._written(path, "delete")

@@ -17,7 +17,7 @@ from typing import Any
 from mpijob.api.constants import EVENT_SOURCE, JOB_CREATED_REASON
 from mpijob.api.models import API_VERSION
 from mpijob.api.objects import controller_uid
-from mpijob.executor.client import ApiError, Client, Writer
+from mpijob.executor.client import ApiError, Client, WriteClass
 from mpijob.executor.events import EventPoster, post_event
 from mpijob.executor.resources import collection_path, object_path
 from mpijob.executor.sshkeys import ssh_key_pair
@@ -76,10 +76,10 @@ class Outcome:
     deleted_pods: list[tuple[str, str | None]] = field(default_factory=list)
     # How many actions, from the first, were applied (all of them unless execution stopped early).
     applied: int = 0
-    # The plan said Defer: the urgent writes are done; reconcile the job again behind the queue.
+    # The plan said Defer: the urgent writes are done; the rest is for the job's next pass.
     deferred: bool = False
-    # ... and what it cut still takes hosts out of discovery (Defer.urgent_rest): the next pass is urgent too.
-    urgent_rest: bool = False
+    # The plan still asked for live reads when the reconcile ran out of rounds: the next pass goes on.
+    more_reads: bool = False
     # resourceVersion of the job's ConfigMap after our patch, if we patched it.
     config_map_resource_version: str | None = None
     # (kind, name) of an object a write found gone (404): the cache still has it (a ghost).
@@ -106,8 +106,6 @@ class _Batch:
     events: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     # Status fields (Create.uid_into_status) -> the uid this batch's create made, for its next status write.
     status_uids: dict[str, str] = field(default_factory=dict)
-    # The plan's leave_discovery writes (by identity): they go through the urgent lane.
-    urgent: frozenset[int] = frozenset()
 
     def announce(self, *emits: Emit) -> None:
         for emit in emits:
@@ -134,14 +132,11 @@ class Executor:
         client: Client,
         *,
         post_events: bool = True,
-        urgent: Writer | None = None,
         events: EventPoster | None = None,
     ) -> None:
         self.client = client
         # Posts Events off the reconcile path (the operator's); None: each Event is awaited in its reconcile.
         self.events = events
-        # Where Plan.leave_discovery's writes go (`client.UrgentLane`); the client itself when not given.
-        self.urgent: Writer = urgent if urgent is not None else client
         self.post_events = post_events
         # Checked before every write (leader election sets it): a leader that lost its lease mid-batch stops
         # at the next write, not at the next job.
@@ -150,33 +145,33 @@ class Executor:
     async def apply(self, job: dict[str, Any], actions: Sequence[Action]) -> Outcome:
         meta = job.get("metadata") or {}
         batch = _Batch(str(meta.get("namespace")), str(meta.get("name")), meta.get("resourceVersion"))
-        if isinstance(actions, Plan):
-            batch.urgent = frozenset(map(id, actions.leave_discovery))
         await self._apply(batch, actions)
         for event in batch.folded_events():
             await self._event(job, event)
         return batch.outcome
 
     async def _apply(self, batch: _Batch, actions: Sequence[Action]) -> None:
-        """In order, stopping at Defer, at a lost lease, at a name taken by someone else, or at a failure."""
+        """In order, stopping at Defer, at a lost lease, at a name taken by someone else, or at a failure.
+        Plan.leave_discovery's writes are of the URGENT class (their own token bucket), the rest NORMAL."""
         outcome = batch.outcome
+        urgent = actions.urgent_positions() if isinstance(actions, Plan) else range(0)
         for outcome.applied, action in enumerate(actions):
+            write_class = WriteClass.URGENT if outcome.applied in urgent else WriteClass.NORMAL
             try:
-                if await self._step(batch, action):
+                if await self._step(batch, action, write_class):
                     return
             except ApiError as err:
                 self._stop(batch, action, err)
                 return
         outcome.applied = len(actions)
 
-    async def _step(self, batch: _Batch, action: Action) -> bool:
+    async def _step(self, batch: _Batch, action: Action, write_class: WriteClass) -> bool:
         """Applies one action; True when the batch stops here."""
         outcome = batch.outcome
         if isinstance(action, Emit):
             batch.announce(action)
         elif isinstance(action, Defer):
             outcome.deferred = True
-            outcome.urgent_rest = action.urgent_rest
             return True
         elif isinstance(action, RequeueAfter):
             outcome.requeue_after = action.seconds
@@ -186,14 +181,13 @@ class Executor:
             outcome.conflict = "not the leader any more; stopping before the next write"
             return True
         else:
-            return await self._write(batch, action)
+            return await self._write(batch, action, write_class)
         return False
 
-    async def _write(self, batch: _Batch, action: Write) -> bool:
+    async def _write(self, batch: _Batch, action: Write, write_class: WriteClass) -> bool:
         """A create, patch or delete; its Events are announced only when it really happened. True when the
         batch stops here (an exclusive create found the name taken)."""
         outcome = batch.outcome
-        client: Writer = self.urgent if id(action) in batch.urgent else self.client
         if isinstance(action, Create) and action.exclusive:
             key = (str(action.obj["kind"]), str(action.obj["metadata"]["name"]))
             outcome.created[key] = uid = await self._create_exclusive(batch.namespace, action)
@@ -204,7 +198,7 @@ class Executor:
             if action.uid_into_status:
                 batch.status_uids[action.uid_into_status] = uid
         elif isinstance(action, Create):
-            if not await self._create(client, batch.namespace, action):
+            if not await self._create(batch.namespace, action, write_class):
                 return False
             if action.obj["kind"] == "Pod":
                 outcome.created_pods.append(action.obj["metadata"]["name"])
@@ -214,7 +208,7 @@ class Executor:
             if is_job and action.subresource == "status" and batch.status_uids:
                 action = _with_uids(action, batch.status_uids)
                 batch.status_uids = {}
-            result = await self._patch(client, batch.namespace, action, made)
+            result = await self._patch(batch.namespace, action, made, write_class)
             version = (result.get("metadata") or {}).get("resourceVersion") if isinstance(result, dict) else None
             if not is_job and version is not None:
                 batch.versions[(action.kind, action.name)] = version
@@ -223,7 +217,7 @@ class Executor:
             if is_job and isinstance(result, dict):
                 # Later writes to the job in this batch build on the version we just made.
                 batch.job_rv = outcome.job_resource_version = version or batch.job_rv
-        elif not await self._delete(client, batch.namespace, action):
+        elif not await self._delete(batch.namespace, action, write_class):
             return False
         elif action.kind == "Pod":
             outcome.deleted_pods.append((action.name, action.uid))
@@ -262,12 +256,13 @@ class Executor:
             raise
         return False
 
-    async def _create(self, client: Writer, namespace: str, action: Create) -> bool:
+    async def _create(self, namespace: str, action: Create, write_class: WriteClass) -> bool:
         obj = action.obj
         if action.generate_ssh_keys:
             obj = {**obj, "data": ssh_key_pair()}  # a shallow copy: the action itself stays as planned
         try:
-            await client.create(collection_path(obj["apiVersion"], obj["kind"], namespace), obj)
+            path = collection_path(obj["apiVersion"], obj["kind"], namespace)
+            await self.client.create(path, obj, write_class=write_class)
         except ApiError as err:
             if err.status == 409:  # AlreadyExists: our cache was behind, or the name is taken (planner sees it next)
                 return False
@@ -307,7 +302,7 @@ class Executor:
         log.info("%s %s/%s already existed and is this job's own: adopted", obj["kind"], namespace, meta.get("name"))
         return str(meta["uid"])
 
-    async def _patch(self, client: Writer, namespace: str, action: Patch, made: Any) -> Any:
+    async def _patch(self, namespace: str, action: Patch, made: Any, write_class: WriteClass) -> Any:
         """`made`: the resourceVersion an earlier write of this batch made of the object, if any."""
         patch = action.patch
         rv = action.resource_version
@@ -317,16 +312,17 @@ class Executor:
             # Copies of the two levels we change; the action itself stays as planned.
             patch = {**patch, "metadata": {**(patch.get("metadata") or {}), "resourceVersion": rv}}
         path = object_path(action.api_version, action.kind, namespace, action.name, action.subresource)
-        return await client.merge_patch(path, patch)
+        return await self.client.merge_patch(path, patch, write_class=write_class)
 
-    async def _delete(self, client: Writer, namespace: str, action: Delete) -> bool:
+    async def _delete(self, namespace: str, action: Delete, write_class: WriteClass) -> bool:
         options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if action.uid:
             options["preconditions"] = {"uid": action.uid}
         if action.propagation:
             options["propagationPolicy"] = action.propagation
         try:
-            await client.delete(object_path(action.api_version, action.kind, namespace, action.name), options)
+            path = object_path(action.api_version, action.kind, namespace, action.name)
+            await self.client.delete(path, options, write_class=write_class)
         except ApiError as err:
             if err.status in (404, 409):  # gone already, or a different object now holds the name
                 return False

@@ -3,13 +3,17 @@
 kubernetes_asyncio does the connection, TLS and authentication (kubeconfig or in-cluster); requests go
 through its aiohttp session with its headers and auth, but not through its generic `call_api` (`_send`),
 so one code path serves every kind and the content type of a patch is explicit.
-Token buckets keep the operator within its QPS and burst budget on the API server (one for MPIJobs, one
-for the rest, like the reference operator's two clients), and a third for the urgent lane (`UrgentLane`).
+Every request has a write class (`WriteClass`), and each class its token bucket: NORMAL within the operator's
+QPS and burst (one bucket for MPIJobs, one for the rest, like the reference operator's two clients), EVENT in
+the second of those at a lower rank (an Event waits while a write of the work waits), URGENT (the writes of
+`Plan.leave_discovery`) in one of its own, so a spot notice's burst of discovery writes does not queue behind
+the statuses and Events of the same burst.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import heapq
 import itertools
 import json
@@ -17,7 +21,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
@@ -53,17 +57,18 @@ class ApiError(Exception):
         self.body = body
 
 
-# Priorities of a request in its token bucket: waiters are served lowest first, in arrival order within one.
-NORMAL = 0
-# Events: under a saturated budget they wait for the creates, patches and deletes that do the work (the
-# reference's Events share its budget too, in client-go's broadcaster, off its sync loop).
-LOW = 1
+class WriteClass(enum.Enum):
+    """Which budget a request takes its token from (`Client.bucket_for`)."""
+
+    URGENT = "urgent"  # Plan.leave_discovery: workers leaving a launcher's discovery
+    NORMAL = "normal"  # everything else the operator does, reads included
+    EVENT = "event"  # Events: the shared budget, after the work's writes waiting with them
 
 
 class TokenBucket:
     """Allows `burst` requests at once and `qps` per second on average. When requests wait for a token, the
-    one of the lowest priority number goes first (FIFO within a priority), so a low-priority request waits
-    only while the budget is spent."""
+    one of the lowest rank goes first (FIFO within a rank), so a request of a higher rank waits only while the
+    budget is spent."""
 
     def __init__(self, qps: float, burst: int) -> None:
         self.qps = qps
@@ -79,7 +84,7 @@ class TokenBucket:
         self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.qps)
         self.stamp = now
 
-    async def take(self, priority: int = NORMAL) -> None:
+    async def take(self, rank: int = 0) -> None:
         if self.qps <= 0:
             return
         self._refill()
@@ -87,7 +92,7 @@ class TokenBucket:
             self.tokens -= 1
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiting, (priority, next(self._arrivals), future))
+        heapq.heappush(self._waiting, (rank, next(self._arrivals), future))
         self._arm()
         try:
             await future
@@ -154,7 +159,10 @@ class ServerClock:
         return datetime.now(UTC) + self.offset
 
 
-# The urgent lane's default budget, as a multiple of the client's own (see `UrgentLane`).
+# The URGENT class's default budget, as a multiple of the client's own. A spot notice gives every affected job
+# the same 15 s to 2 min at once: 1,500 jobs' discovery writes at the shared 50 QPS took 28 s (docs/results.md).
+# It bounds a burst the size of the affected jobs (the executor stops at the plan's Defer after these writes);
+# the API server's own priority and fairness still applies.
 URGENT_FACTOR = 10
 
 
@@ -193,14 +201,10 @@ class Client:
         query: Any = None,
         accept: str = "application/json",
         *,
-        urgent: bool = False,
-        priority: int = NORMAL,
+        write_class: WriteClass = WriteClass.NORMAL,
     ) -> Any:
-        if urgent:
-            bucket = self.urgent_bucket
-        else:
-            bucket = self.mpijob_bucket if path.startswith("/apis/kubeflow.org/") else self.bucket
-        await bucket.take(priority)
+        bucket, rank = self.bucket_for(write_class, path)
+        await bucket.take(rank)
         self.requests += 1
         data = None if body is None or method in ("GET", "HEAD") else _dumps(body, self.api.sanitize_for_serialization)
         headers = {"Content-Type": content_type, "Accept": accept}
@@ -214,6 +218,14 @@ class Client:
         if not 200 <= status < 300:
             raise ApiError(status, str(raw.reason), data.decode(errors="replace"))
         return _loads(data) if data else None
+
+    def bucket_for(self, write_class: WriteClass, path: str) -> tuple[TokenBucket, int]:
+        """The token bucket of a request, and its rank there."""
+        if write_class is WriteClass.URGENT:
+            return self.urgent_bucket, 0
+        if write_class is WriteClass.EVENT:
+            return self.bucket, 1
+        return (self.mpijob_bucket if path.startswith("/apis/kubeflow.org/") else self.bucket), 0
 
     async def stream(self, path: str, query: list[tuple[str, str]], connect: float = 30.0) -> Any:
         """A long-running GET (a watch): the aiohttp response, its body unread, whatever its status. The
@@ -266,42 +278,12 @@ class Client:
     async def get(self, path: str) -> Any:
         return await self.request("GET", path)
 
-    async def create(self, path: str, obj: Any, *, priority: int = NORMAL) -> Any:
-        return await self.request("POST", path, obj, priority=priority)
+    async def create(self, path: str, obj: Any, *, write_class: WriteClass = WriteClass.NORMAL) -> Any:
+        return await self.request("POST", path, obj, write_class=write_class)
 
-    async def merge_patch(self, path: str, patch: Any) -> Any:
-        return await self.request("PATCH", path, patch, content_type="application/merge-patch+json")
+    async def merge_patch(self, path: str, patch: Any, *, write_class: WriteClass = WriteClass.NORMAL) -> Any:
+        content = "application/merge-patch+json"
+        return await self.request("PATCH", path, patch, content_type=content, write_class=write_class)
 
-    async def delete(self, path: str, options: Any = None) -> Any:
-        return await self.request("DELETE", path, options)
-
-
-class Writer(Protocol):
-    """What the executor writes through: the client itself, or its urgent lane."""
-
-    async def create(self, path: str, obj: Any) -> Any: ...
-
-    async def merge_patch(self, path: str, patch: Any) -> Any: ...
-
-    async def delete(self, path: str, options: Any = None) -> Any: ...
-
-
-class UrgentLane:
-    """The writes that take leaving workers out of a launcher's discovery (`Plan.leave_discovery`), through
-    their own token bucket. A spot notice gives every affected job the same 15 s to 2 min at once: 1,500
-    affected jobs' discovery writes at the shared 50 QPS took 28 s (docs/results.md), most of the notice,
-    while the status writes and Events that follow them can wait. Never more than these writes use it (the
-    executor stops at the plan's Defer right after them), so its budget bounds a burst the size of the
-    affected jobs; the API server's own priority and fairness still applies to it."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-
-    async def create(self, path: str, obj: Any) -> Any:
-        return await self.client.request("POST", path, obj, urgent=True)
-
-    async def merge_patch(self, path: str, patch: Any) -> Any:
-        return await self.client.request("PATCH", path, patch, content_type="application/merge-patch+json", urgent=True)
-
-    async def delete(self, path: str, options: Any = None) -> Any:
-        return await self.client.request("DELETE", path, options, urgent=True)
+    async def delete(self, path: str, options: Any = None, *, write_class: WriteClass = WriteClass.NORMAL) -> Any:
+        return await self.request("DELETE", path, options, write_class=write_class)

@@ -1,9 +1,9 @@
-"""Events posted off the reconcile path, at the lowest priority of the client's budget.
+"""Events posted off the reconcile path, in the client's EVENT write class.
 
 A reconcile that awaited its Events held its worker (and the shared budget's place) until they were posted:
 a new 8-worker job's `SuccessfulCreate` and `MPIJobCreated` took two tokens in the middle of the ramp of
 creates that every job is waiting for, and the scale-in of hundreds of jobs queued their `WorkersLeaving`
-Events in front of the marks and deletes. Here each Event is its own task, waiting at `client.LOW` priority:
+Events in front of the marks and deletes. Here each Event is its own task, in the EVENT class (the shared budget, after the work's writes):
 it is posted at once when the budget has room, and after the creates, patches and deletes waiting at the
 same time when it has not (client-go's broadcaster likewise posts Events outside the sync loop, from the
 same budget). One job's Events keep their order (each waits for the one before it). Past `limit` Events in
@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from mpijob.executor.client import LOW, ApiError
+from mpijob.executor.client import ApiError, WriteClass
 
 log = logging.getLogger("mpijob.executor")
 
@@ -55,7 +55,7 @@ async def post_event(create: Callable[..., Awaitable[Any]], path: str, body: dic
 
 
 class Creator(Protocol):
-    async def create(self, path: str, obj: Any, *, priority: int = ...) -> Any: ...
+    async def create(self, path: str, obj: Any, *, write_class: WriteClass = ...) -> Any: ...
 
 
 class EventPoster:
@@ -98,7 +98,7 @@ class EventPoster:
         error: Exception | None = None
         for attempt in range(1, self.tries + 1):
             try:
-                await self.client.create(path, body, priority=LOW)
+                await self.client.create(path, body, write_class=WriteClass.EVENT)
                 return None
             except ApiError as err:
                 if err.status == 409 and attempt > 1:

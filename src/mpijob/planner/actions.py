@@ -71,15 +71,9 @@ class RequeueAfter:
 
 @dataclass(frozen=True)
 class Defer:
-    """Stop here and reconcile the job again later, behind the other queued jobs: the writes before it are
-    urgent (workers leaving discovery), the rest can wait. The next plan recomputes the rest from fresh data.
-
-    `urgent_rest`: the cut part still holds writes that take hosts out of discovery (the launcher nudges,
-    which go after the ConfigMap patch, `Draft._urgent`): the next pass is urgent work too, queued at the front
-    of the later lane, behind the other jobs' first passes but ahead of every job's ordinary rest
-    (runtime/workqueue.py)."""
-
-    urgent_rest: bool = False
+    """Stop here and reconcile the job again later: the writes before it are urgent (workers leaving
+    discovery), the rest can wait. The next plan recomputes the rest from fresh data (`Plan.urgent_rest`
+    says whether that rest still drops hosts)."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +147,8 @@ class Plan(Sequence[Action]):
     # Planned only as far as leave_discovery (`plan(..., urgent_first=True)`): the rest is planned by the
     # deferred pass, so a Defer follows the urgent writes whatever else this plan holds.
     partial: bool = False
-    # The writes cut by the Defer still take hosts out of discovery (see Defer.urgent_rest).
+    # The writes cut by the Defer still take hosts out of discovery (the launcher nudges behind a ConfigMap
+    # patch, `Draft._urgent`): the job's next pass is queued at DISCOVERY (runtime/workqueue.py).
     urgent_rest: bool = False
     ordered: tuple[Action, ...] = field(init=False, repr=False, compare=False)
 
@@ -161,7 +156,7 @@ class Plan(Sequence[Action]):
         rest: list[Action] = [action for phase in self.PHASES[1:] for action in getattr(self, phase)]
         urgent: list[Action] = list(self.leave_discovery)
         if urgent and (self.partial or self.urgent_rest or any(isinstance(a, Create | Patch | Delete) for a in rest)):
-            urgent.append(Defer(urgent_rest=self.urgent_rest))
+            urgent.append(Defer())
         if self.requeue_after is not None:
             rest.append(RequeueAfter(max(0.0, self.requeue_after)))
         object.__setattr__(self, "ordered", (*self.confirm, *urgent, *rest))
@@ -171,6 +166,10 @@ class Plan(Sequence[Action]):
         for item in fields(self):
             if item.name in self.PHASES:
                 yield item.name, getattr(self, item.name)
+
+    def urgent_positions(self) -> range:
+        """Where leave_discovery's writes are in `ordered` (they go first, after the live reads)."""
+        return range(len(self.confirm), len(self.confirm) + len(self.leave_discovery))
 
     def writes(self) -> list[Write]:
         return [action for action in self.ordered if isinstance(action, Create | Patch | Delete)]

@@ -78,7 +78,7 @@ def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
 def plan(snapshot: Snapshot, *, urgent_first: bool = False) -> Plan:
     """Everything to do for one MPIJob now, by phase (see `Plan`). Idempotent: a converged job yields no write.
 
-    `urgent_first` (as the operator plans: docs/design.md, "The urgent lane"): when workers leave
+    `urgent_first` (as the operator plans: docs/design.md, "The order of work"): when workers leave
     discovery, plan only as far as those writes and a Defer (`Plan.partial`). The executor stops at that
     Defer anyway and the deferred pass plans the rest from fresh data, so the rest would be planned twice;
     in a spot taint's burst of hundreds of jobs, planning is most of the operator's time before the last

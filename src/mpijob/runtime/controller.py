@@ -14,22 +14,23 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import orjson
 
-from mpijob.api.objects import Obj, is_terminating, meta, pod_ready
+from mpijob.api.objects import Obj, is_terminating, meta
 from mpijob.executor.apply import Executor, Outcome
 from mpijob.executor.client import ApiError
-from mpijob.planner.actions import Action
+from mpijob.planner.actions import Action, Plan
 from mpijob.planner.job_status import stalled
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import OperatorConfig, format_time
 from mpijob.runtime.cache import Cache, Key
 from mpijob.runtime.informer import Informer, ident, same_version
-from mpijob.runtime.kinds import Watched, job_names_for, watched
+from mpijob.runtime.kinds import Watched, watched
+from mpijob.runtime.signals import event_priority, only_progress
 from mpijob.runtime.spin import SpinGuard
-from mpijob.runtime.workqueue import WorkQueue
+from mpijob.runtime.workqueue import DISCOVERY, LOW, NORMAL, WorkQueue
 
 log = logging.getLogger("mpijob.controller")
 
@@ -42,10 +43,6 @@ CONFIRM_ROUNDS = 3
 # worker (the Job controller's syncJobBatchPeriod, 1 s there). Nothing else waits: a pod leaving, failing,
 # terminating or losing Ready queues its job at once.
 PROGRESS_BATCH_SECONDS = 0.5
-
-# Kept for callers that map names to jobs (e.g. metrics, tests).
-_job_names_for = job_names_for
-
 
 def _rv(obj: Any) -> int:
     """resourceVersions are opaque, but etcd-backed servers make them increasing integers; treat
@@ -65,33 +62,11 @@ def _fingerprint(view: dict[str, Any]) -> int:
     return hash(orjson.dumps({**view, "metadata": meta}, default=repr))
 
 
-def _only_progress(old: Obj | None, new: Obj) -> bool:
-    """Whether a pod event (slimmed views, runtime/slim.py) only moved the pod forward: bound to a node,
-    Pending -> Running, given its IP, Ready, and nothing else changed. Such a change only adds (a host to
-    discovery, a count to the status) and can wait for its siblings; anything else is not progress."""
-    if old is None:
-        return False
-    om, nm = old.get("metadata") or {}, new.get("metadata") or {}
-    if om.get("deletionTimestamp") or nm.get("deletionTimestamp"):
-        return False
-    if any(om.get(k) != nm.get(k) for k in ("uid", "labels", "annotations", "ownerReferences")):
-        return False
-    os_, ns_ = old.get("status") or {}, new.get("status") or {}
-    if os_.get("reason") != ns_.get("reason") or os_.get("message") != ns_.get("message"):
-        return False
-    forward = (
-        ("nodeName", (old.get("spec") or {}).get("nodeName"), (new.get("spec") or {}).get("nodeName")),
-        ("podIP", os_.get("podIP"), ns_.get("podIP")),
-    )
-    if any(before != after and before is not None for _, before, after in forward):
-        return False
-    if os_.get("phase") != ns_.get("phase") and (os_.get("phase"), ns_.get("phase")) != ("Pending", "Running"):
-        return False
-    if pod_ready(old) and not pod_ready(new):
-        return False
-    # Other conditions (DisruptionTarget: the pod is about to go) are news, never progress.
-    others = [[c for c in (v.get("conditions") or []) if c.get("type") != "Ready"] for v in (os_, ns_)]
-    return others[0] == others[1]
+class Requeue(NamedTuple):
+    """When a job wants its next pass, and at which queue priority (runtime/workqueue.py)."""
+
+    delay: float
+    priority: int
 
 
 class Spinning(Exception):
@@ -206,7 +181,8 @@ class Controller:
         self.by_kind = {w.kind: w for w in self.kinds}
         self.cache = Cache(tuple(w.index for w in self.kinds if w.index not in Cache.INDEXES))
         self.cache.ready = False  # until every informer has listed (the warm gate)
-        self.queue = WorkQueue(later_limit=max(1, reconcilers // 2))
+        # Passes below DISCOVERY take at most half the reconcilers (runtime/workqueue.py).
+        self.queue = WorkQueue(limit=max(1, reconcilers // 2))
         self.executor = executor
         self.config = config
         # How many reconciles run at once (coroutines taking job keys from the queue; not pods).
@@ -238,16 +214,16 @@ class Controller:
     # -- watch side (the informers' sink) ----------------------------------------------------------
     def observed(self, w: Watched, type: str, obj: Obj) -> None:
         """One watch event: the cache first, then (unless it changed nothing the planner reads) the jobs it
-        concerns are queued. No worker sees a key before the cache shows the object."""
+        concerns are queued, at the event's priority (runtime/signals.py; LOW before the warm gate: the
+        first list), a pod's progress after `progress_batch` seconds. No worker sees a key before the cache
+        shows the object."""
         self.stats.events += 1
         key = ident(w, obj)
-        progress = False
+        old = self.cache.indexes[w.index].get(key)
         if type == "DELETED":
             self.cache.remove(w.index, key, (obj.get("metadata") or {}).get("uid"))
             self.fingerprints.get(w.kind, {}).pop(key, None)
         else:
-            if w.kind == "Pod" and self.progress_batch > 0:
-                progress = _only_progress(self.cache.indexes[w.index].get(key), obj)
             self.cache.put(w.index, key, obj)
             if w.fingerprinted and not self._changed(self.fingerprints.setdefault(w.kind, {}), key, obj):
                 return
@@ -255,11 +231,12 @@ class Controller:
             log.debug("MPIJob event %s %s rv=%s", type, key, obj["metadata"].get("resourceVersion"))
         for listener in self.listeners.get(w.kind, ()):
             listener(type, obj)
+        priority = event_priority(w.kind, type, old, obj) if self.cache.ready else LOW
+        delay = 0.0
+        if self.progress_batch > 0 and w.kind == "Pod" and type != "DELETED" and only_progress(old, obj):
+            delay = self.progress_batch
         for job in self._keys(w, obj):
-            if progress:
-                self.queue.add_batched(job, self.progress_batch)
-            else:
-                self.queue.add(job)
+            self.queue.add(job, priority, delay)
 
     def replaced(self, w: Watched, namespace: str | None, items: dict[Any, Obj]) -> None:
         """A list: the store becomes `items`. What the store had and the list lacks was deleted while no
@@ -315,9 +292,9 @@ class Controller:
         self.warm.set()
 
     # -- work side ---------------------------------------------------------------------------------
-    async def reconcile(self, key: Key) -> float | None:
-        """One pass for one job: cache -> plan -> apply -> remember. Returns seconds until the job wants
-        another look, if it does."""
+    async def reconcile(self, key: Key, priority: int = NORMAL) -> Requeue | None:
+        """One pass for one job, taken at `priority`: cache -> plan -> apply -> remember. Returns when and at
+        which priority the job wants another pass, if it does."""
         job = self.cache.mpijob(key)
         if job is None:
             log.debug("%s/%s: not in the cache; nothing to do", *key)
@@ -325,13 +302,8 @@ class Controller:
             self.spin.release(key)
             return None
         wait = self.expectations.wait(key, job, self.cache)
-        if wait is not None and self.queue.in_later_lane(key):
-            # The rest of a deferred pass, before the event of its own urgent write: it waits for it in the
-            # later lane, which that event must not take it out of (runtime/workqueue.py).
-            self.queue.add_after(key, wait, later=True)
-            return None
         if wait is not None:
-            return wait
+            return Requeue(wait, priority)  # the event of our own write comes first, as a rule
         started = time.perf_counter()
         held = self.spin.held(key)
         outcome, actions = await self._plan_and_apply(job, held)
@@ -343,9 +315,9 @@ class Controller:
             self.spin.release(key)
         else:
             await self._guard(key, job, actions[: outcome.applied])
-        again = self._next_look(key, outcome)
+        again = self._next_look(key, outcome, actions, priority)
         # Held no more: one prompt pass clears the ReconcileStalled condition (job_status.stall_cleared).
-        return 0.0 if held is not None and self.spin.held(key) is None else again
+        return Requeue(0.0, NORMAL) if held is not None and self.spin.held(key) is None else again
 
     async def _guard(self, key: Key, job: Obj, applied: Sequence[Action]) -> None:
         """The spin guard (runtime/spin.py): a job whose passes repeat the same writes at the same
@@ -361,7 +333,7 @@ class Controller:
         if held is not None:
             raise Spinning(held)
 
-    def _next_look(self, key: Key, outcome: Outcome) -> float | None:
+    def _next_look(self, key: Key, outcome: Outcome, actions: Sequence[Action], priority: int) -> Requeue | None:
         if outcome.error is not None:
             raise outcome.error
         if outcome.gone is not None:
@@ -371,14 +343,15 @@ class Controller:
         if outcome.conflict is not None:
             self.stats.conflicts += 1
             log.debug("%s/%s: %s; will retry on fresh data", *key, outcome.conflict)
-            return 0.2
+            return Requeue(0.2, priority)
         if outcome.deferred:
-            # In the later lane: every other job's urgent writes go first, and these passes, which wait on
-            # the shared QPS budget, never take every worker (runtime/workqueue.py). A pass cut before its
-            # launcher nudges goes ahead of the lane's other passes: the nudges are urgent too.
-            self.queue.add_later(key, first=outcome.urgent_rest)
-            return None
-        return outcome.requeue_after
+            # The rest of a pass cut after its urgent writes: behind every signalled job, and ahead of the
+            # ordinary rest while its launcher nudges are still to go (docs/design.md, "The order of work").
+            urgent_rest = isinstance(actions, Plan) and actions.urgent_rest
+            return Requeue(0.0, DISCOVERY if urgent_rest else NORMAL)
+        if outcome.more_reads:
+            return Requeue(0.0, priority)
+        return None if outcome.requeue_after is None else Requeue(outcome.requeue_after, NORMAL)
 
     async def _plan_and_apply(self, job: dict[str, Any], held: str | None = None) -> tuple[Outcome, Sequence[Action]]:
         """plan -> apply; a plan that asks for live reads (ConfirmAbsence) gets them and is made again with
@@ -397,7 +370,7 @@ class Controller:
                 held_back=held,
             )
             # A pass that takes hosts out of discovery plans only those writes; the deferred pass plans the
-            # rest on fresh data (docs/design.md, "The urgent lane").
+            # rest on fresh data (docs/design.md, "The order of work").
             actions = plan(snapshot, urgent_first=True)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
@@ -419,7 +392,7 @@ class Controller:
             if outcome.absence_checks and outcome.error is None:
                 # Out of rounds with the plan still asking: the next reconcile goes on from these answers.
                 self.expectations.carried_checks[key] = checks
-                outcome.requeue_after = 0.0
+                outcome.more_reads = True
         # Keep what was created until the status shows it; a refusal is retried on the next reconcile.
         kept: dict[tuple[str, str], str | None] = {k: v for k, v in created.items() if v is not None}
         if kept:
@@ -430,43 +403,45 @@ class Controller:
         await self.warm.wait()
         await self.leading.wait()
         while True:
-            key = cast(Key, await self.queue.get())
+            taken, priority = await self.queue.get()
+            key = cast(Key, taken)
             if not self.leading.is_set():
                 # Lost the lease: write nothing more; the key waits for whoever leads next (or us).
+                self.queue.add(key, priority)
                 self.queue.done(key)
-                self.queue.add(key)
                 await self.leading.wait()
                 continue
             try:
                 log.debug("reconcile %s/%s", *key)
-                again = await self.reconcile(key)
+                again = await self.reconcile(key, priority)
             except asyncio.CancelledError:
                 raise
             except Spinning:
                 # Held back (the Warning went out once, with the condition): backoff, as for a failure.
-                delay = self.queue.add_rate_limited(key)
+                delay = self.queue.add_rate_limited(key, priority)
                 log.debug("reconcile %s/%s: held back; again in %.2fs", key[0], key[1], delay)
             except ApiError as err:
                 # An API refusal is expected now and then (quota, admission, RBAC): say it in one line.
                 self.stats.errors += 1
-                delay = self.queue.add_rate_limited(key)
+                delay = self.queue.add_rate_limited(key, priority)
                 log.warning("reconcile %s/%s: %s; retrying in %.2fs", key[0], key[1], err, delay)
             except Exception:
                 self.stats.errors += 1
-                delay = self.queue.add_rate_limited(key)
+                delay = self.queue.add_rate_limited(key, priority)
                 log.exception("reconcile %s failed; retrying in %.2fs", key, delay)
             else:
                 self.queue.forget(key)
                 if again is not None:
-                    self.queue.add_after(key, again)
+                    self.queue.add(key, again.priority, again.delay)
             finally:
                 self.queue.done(key)
 
     async def run_reconcilers(self) -> None:
         await self.warm.wait()
-        # Everything already known gets one look at start: decisions recorded before a restart resume here.
+        # Everything already known gets one look at start, at LOW: decisions recorded before a restart resume
+        # here, and any signal that arrives meanwhile goes first.
         keys = self.cache.mpijob_keys()
         for key in keys:
-            self.queue.add(key)
+            self.queue.add(key, LOW)
         log.debug("cache warm: %d jobs queued", len(keys))
         await asyncio.gather(*(self.reconciler() for _ in range(self.reconcilers)))

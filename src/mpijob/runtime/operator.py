@@ -18,7 +18,7 @@ import aiohttp
 from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
-from mpijob.executor.client import ApiError, Client, UrgentLane
+from mpijob.executor.client import ApiError, Client
 from mpijob.executor.events import EventPoster
 from mpijob.executor.kubeconfig import load_api_client
 from mpijob.planner import podgroups
@@ -41,7 +41,7 @@ class OperatorOptions:
     reconcilers: int = 16
     qps: float = 50.0
     burst: int = 100
-    # The urgent lane's budget (Plan.leave_discovery's writes); None: URGENT_FACTOR x qps and burst.
+    # The URGENT write class's budget (Plan.leave_discovery's writes); None: URGENT_FACTOR x qps and burst.
     urgent_qps: float | None = None
     urgent_burst: int | None = None
     log_format: str = "text"
@@ -99,7 +99,7 @@ async def run(
     metrics = Metrics()
     client.on_response = metrics.api_response
     events = EventPoster(client)
-    executor = InstrumentedExecutor(client, metrics=metrics, config=config, urgent=UrgentLane(client), events=events)
+    executor = InstrumentedExecutor(client, metrics=metrics, config=config, events=events)
     controller = InstrumentedController(
         executor,
         config,

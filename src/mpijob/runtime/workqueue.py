@@ -1,205 +1,196 @@
-"""A de-duplicating work queue, as client-go's: a key is queued at most once, never processed by two workers at
-once, and re-queued after processing if it was added meanwhile. Failures back off.
+"""One priority work queue, after controller-runtime's (pkg/controller/priorityqueue).
 
-Two lanes. `add` queues in the ready lane, first in first out. `add_later` queues the rest of a deferred pass (a
-job whose urgent discovery writes are done, `Plan.leave_discovery`; one cut before its launcher nudges,
-`Defer.urgent_rest`, goes to the front of the lane, `add_later(key, first=True)`): those passes wait on the
-shared QPS budget for seconds when many jobs were affected at once, and if they could take every worker, the
-next job's urgent pass would wait behind them (a mass scale-in: each patched job waited for a worker while 16 of
-them waited for tokens). So the later lane is taken first while fewer than `later_limit` of its passes run, and
-never by more: the other workers stay free for the ready lane. And while the ready lane has keys waiting (a
-burst: a spot taint queues every job on the node at once), a later-lane pass starts only when none runs: the
-passes that put a job's leaving workers out of discovery get the CPU and the workers, and the later lane still
-moves, one pass at a time, however long the burst. A key pending in the later lane stays there when an event
-adds it (its own ConfigMap write's event would, at once); that pass reads the event's change too. So does the
-rest of a pass whose own write's event came back while it ran (the event marked it for the ready lane; the
-pass's `add_later` moves it). So does a later-lane pass that found the cache behind its own write and waits for
-it (`add_after(..., later=True)`): the event it waits for sends it back to the later lane, not to the ready one,
-where it would wait on the shared budget in a worker the next signalled job needs."""
+A key is queued at most once and never processed by two reconcilers at once; added while it is processed, it
+is queued again when that pass is done. Each entry has a priority and a ready time: a re-add keeps the higher
+priority and the earlier ready time. `get` takes the highest ready priority, first in first out within it.
+One admission rule: passes below DISCOVERY hold at most `limit` reconcilers, so the rest of hundreds of jobs'
+passes, which wait on the shared QPS budget, never take the reconcilers the next signalled job needs
+(docs/design.md, "The order of work"). Failures back off, at the priority the pass had.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+import heapq
+import itertools
+import time
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 
-# Where a pending key waits: the ready lane, the front of the later lane (the rest of a pass cut before
-# its launcher nudges), or the later lane.
-READY, LATER_FIRST, LATER = 0, 1, 2
+# Priorities, highest first. SIGNAL: an event that can change who is in a launcher's discovery (a node
+# signal, a pod going, an edit of the MPIJob). DISCOVERY: the rest of a pass cut before its launcher nudges.
+# NORMAL: everything else. LOW: the startup sweep and the events of the first list.
+SIGNAL, DISCOVERY, NORMAL, LOW = 3, 2, 1, 0
+
+
+@dataclass
+class _Entry:
+    priority: int
+    ready_at: float
+    # The entry's place in its heap; a heap item with another seq is stale (the entry moved since).
+    seq: int
 
 
 class WorkQueue:
-    def __init__(self, base_delay: float = 0.05, max_delay: float = 300.0, later_limit: int | None = None) -> None:
-        self._ready: deque[Hashable] = deque()
-        # Insertion-ordered: the later lane's FIFO, and ahead of it the passes cut before their nudges.
-        self._later: dict[Hashable, None] = {}
-        self._later_first: dict[Hashable, None] = {}
-        self._wakeup = asyncio.Event()
-        # Pending keys -> their lane (READY, LATER_FIRST, LATER).
-        self._dirty: dict[Hashable, int] = {}
-        self._processing: set[Hashable] = set()
-        self._later_running: set[Hashable] = set()
-        # None: no limit (a queue without a worker count, in tests).
-        self.later_limit = later_limit
-        self._timers: dict[Hashable, asyncio.TimerHandle] = {}
-        # Keys whose timer (add_after) is for the later lane: an event for one meanwhile sends it there too.
-        self._later_timers: set[Hashable] = set()
-        # add_batched's timers, apart: a pass that starts cancels them (never a requeue_after or a backoff).
-        self._batches: dict[Hashable, asyncio.TimerHandle] = {}
-        self._failures: dict[Hashable, int] = {}
+    def __init__(
+        self,
+        limit: int | None = None,
+        base_delay: float = 0.05,
+        max_delay: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        # At most this many passes below DISCOVERY run at once; None: no limit.
+        self.limit = limit
         self.base_delay = base_delay
         self.max_delay = max_delay
-        # Called with how many keys were done since the queue last had nothing pending or running, each time
-        # it has nothing again (runtime/heap.py: a burst's freed heap is returned then).
+        self._clock = clock
+        self._pending: dict[Hashable, _Entry] = {}
+        self._ready: list[tuple[int, int, Hashable]] = []  # (-priority, seq, key)
+        self._waiting: list[tuple[float, int, Hashable]] = []  # (ready_at, seq, key)
+        self._ready_keys: set[Hashable] = set()
+        # Keys being processed -> the priority they were taken at; and what was added for them meanwhile.
+        self._processing: dict[Hashable, int] = {}
+        self._again: dict[Hashable, tuple[int, float]] = {}
+        self._below = 0  # processing passes taken below DISCOVERY
+        self._seq = itertools.count()
+        self._failures: dict[Hashable, int] = {}
+        self._wakeup = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        # Called with how many keys were done since the queue last had nothing ready or running, each time it
+        # has nothing again (runtime/heap.py: a burst's freed heap is returned then).
         self.on_idle: Callable[[int], None] | None = None
         self._done_since_idle = 0
 
     def __len__(self) -> int:
-        return len(self._dirty)
+        """Keys ready to be taken (delayed ones are not work yet)."""
+        self._promote()
+        return len(self._ready_keys)
 
     def busy(self) -> bool:
-        """Keys pending or being reconciled (timers not counted: a requeue_after is not work yet)."""
-        return bool(self._dirty or self._processing)
+        """Keys ready or being reconciled."""
+        return bool(self._ready_keys or self._processing)
 
-    def add(self, key: Hashable) -> None:
-        if key in self._later_timers:
-            self._later_timers.discard(key)
-            timer = self._timers.pop(key, None)
-            if timer is not None:
-                timer.cancel()
-            self.add_later(key)
+    def add(self, key: Hashable, priority: int = NORMAL, delay: float = 0.0) -> None:
+        ready_at = self._clock() + max(0.0, delay)
+        if key in self._processing:
+            old = self._again.get(key)
+            self._again[key] = (priority, ready_at) if old is None else (max(old[0], priority), min(old[1], ready_at))
             return
-        if key in self._dirty:
-            return
-        self._dirty[key] = READY
-        if key not in self._processing:
-            self._ready.append(key)
-            self._wakeup.set()
+        entry = self._pending.get(key)
+        if entry is not None:
+            priority, ready_at = max(priority, entry.priority), min(ready_at, entry.ready_at)
+            if priority == entry.priority and (key in self._ready_keys or ready_at == entry.ready_at):
+                entry.ready_at = ready_at
+                return
+        self._push(key, priority, ready_at)
 
-    def add_later(self, key: Hashable, *, first: bool = False) -> None:
-        """Queues the rest of a deferred pass in the later lane (see the module's docstring); `first`: ahead
-        of the lane's other keys (a pass cut before its launcher nudges)."""
-        lane = LATER_FIRST if first else LATER
-        if self._dirty.get(key) == READY and key in self._processing:
-            # An event of this very pass's writes came back while it ran: the rest still goes to the later
-            # lane (and reads that event's change), as for a key already waiting there.
-            self._dirty[key] = lane
-            return
-        if key in self._dirty:
-            return
-        self._dirty[key] = lane
-        if key not in self._processing:
-            self._queue_later(key, lane)
-
-    def _queue_later(self, key: Hashable, lane: int) -> None:
-        (self._later_first if lane == LATER_FIRST else self._later)[key] = None
-        self._wakeup.set()
-
-    def add_after(self, key: Hashable, delay: float, *, later: bool = False) -> None:
-        """Adds `key` after `delay` seconds; an earlier pending timer for the same key wins. `later`: to the
-        later lane, and so does an event for the key before then."""
-        if later:
-            self._later_timers.add(key)
-        if delay <= 0:
-            self.add(key)
-            return
-        loop = asyncio.get_running_loop()
-        when = loop.time() + delay
-        timer = self._timers.get(key)
-        if timer is not None and not timer.cancelled() and timer.when() <= when:
-            return
-        if timer is not None:
-            timer.cancel()
-        self._timers[key] = loop.call_at(when, self._fire, key)
-
-    def add_batched(self, key: Hashable, delay: float) -> None:
-        """Adds `key` within `delay` seconds, together with whatever else arrives for it meanwhile: nothing
-        to do when it is queued already (that pass has not started, so it reads this change too); else a
-        timer, which later calls do not push back. A pass of the key that starts first (queued by something
-        else) cancels it: that pass reads every change the timer was for."""
-        if key in self._dirty or key in self._batches:
-            return
-        self._batches[key] = asyncio.get_running_loop().call_later(delay, self._fire_batch, key)
-
-    def _fire_batch(self, key: Hashable) -> None:
-        self._batches.pop(key, None)
-        self.add(key)
-
-    def _fire(self, key: Hashable) -> None:
-        self._timers.pop(key, None)
-        self.add(key)  # to the later lane when it waited for it (`add` reads `_later_timers`)
-
-    def in_later_lane(self, key: Hashable) -> bool:
-        """Whether the pass of `key` running now was taken from the later lane."""
-        return key in self._later_running
-
-    def add_rate_limited(self, key: Hashable) -> float:
+    def add_rate_limited(self, key: Hashable, priority: int = NORMAL) -> float:
+        """Adds `key` after its exponential backoff (per key, until `forget`); returns the delay."""
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
         delay = float(min(self.base_delay * (2**failures), self.max_delay))
-        self.add_after(key, delay)
+        self.add(key, priority, delay)
         return delay
 
     def forget(self, key: Hashable) -> None:
         self._failures.pop(key, None)
 
-    def take_pending(self) -> list[Hashable]:
-        """Every queued key of both lanes, removed from the queue without a pass (tests read what a burst of
-        events queued this way)."""
-        keys = [*self._ready, *self._later_first, *self._later]
-        self._ready.clear()
-        self._later_first.clear()
-        self._later.clear()
-        for key in keys:
-            self._dirty.pop(key, None)
-        return keys
+    def get_nowait(self) -> tuple[Hashable, int] | None:
+        """The next key and its priority, now being processed; None when nothing may be taken now."""
+        self._promote()
+        while self._ready:
+            negative, seq, key = self._ready[0]
+            entry = self._pending.get(key)
+            if entry is None or entry.seq != seq or key not in self._ready_keys:
+                heapq.heappop(self._ready)
+                continue
+            if -negative < DISCOVERY and self.limit is not None and self._below >= self.limit:
+                return None  # the admission rule: everything left is below DISCOVERY too
+            heapq.heappop(self._ready)
+            del self._pending[key]
+            self._ready_keys.discard(key)
+            self._processing[key] = entry.priority
+            self._below += entry.priority < DISCOVERY
+            return key, entry.priority
+        return None
 
-    def _later_may_run(self) -> bool:
-        if not (self._later or self._later_first):
-            return False
-        running = len(self._later_running)
-        if self._ready:
-            # A burst waits in the ready lane: one later-lane pass at a time, so that lane is never starved.
-            return running == 0
-        return self.later_limit is None or running < self.later_limit
-
-    async def get(self) -> Hashable:
-        while not (self._later_may_run() or self._ready):
+    async def get(self) -> tuple[Hashable, int]:
+        while (taken := self.get_nowait()) is None:
             self._wakeup.clear()
             await self._wakeup.wait()
-        if self._later_may_run():
-            lane = self._later_first or self._later
-            key = next(iter(lane))
-            del lane[key]
-            self._later_running.add(key)
-        else:
-            key = self._ready.popleft()
-        self._dirty.pop(key, None)
-        batch = self._batches.pop(key, None)
-        if batch is not None:
-            batch.cancel()
-        self._processing.add(key)
-        return key
+        return taken
 
     def done(self, key: Hashable) -> None:
-        self._processing.discard(key)
-        if key in self._later_running:
-            self._later_running.discard(key)
-            self._wakeup.set()  # a later-lane slot is free
-        lane = self._dirty.get(key)
-        if lane == READY:
-            self._ready.append(key)
-            self._wakeup.set()
-        elif lane is not None:
-            self._queue_later(key, lane)
+        priority = self._processing.pop(key)
+        if priority < DISCOVERY:
+            self._below -= 1
+            self._wakeup.set()  # an admission slot is free
+        again = self._again.pop(key, None)
+        if again is not None:
+            self._push(key, *again)
         self._done_since_idle += 1
-        if self.on_idle is not None and not self._dirty and not self._processing:
+        if self.on_idle is not None and not self._ready_keys and not self._processing:
             done, self._done_since_idle = self._done_since_idle, 0
             self.on_idle(done)
 
+    def take_pending(self) -> list[Hashable]:
+        """Every queued key, ready or delayed, removed without a pass (tests read what events queued)."""
+        keys = list(self._pending)
+        self._pending.clear()
+        self._ready_keys.clear()
+        self._ready.clear()
+        self._waiting.clear()
+        return keys
+
     def shutdown(self) -> None:
-        for timer in (*self._timers.values(), *self._batches.values()):
-            timer.cancel()
-        self._timers.clear()
-        self._later_timers.clear()
-        self._batches.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _push(self, key: Hashable, priority: int, ready_at: float) -> None:
+        seq = next(self._seq)
+        self._pending[key] = _Entry(priority, ready_at, seq)
+        if ready_at <= self._clock():
+            heapq.heappush(self._ready, (-priority, seq, key))
+            self._ready_keys.add(key)
+            self._wakeup.set()
+        else:
+            self._ready_keys.discard(key)
+            heapq.heappush(self._waiting, (ready_at, seq, key))
+            self._arm()
+
+    def _promote(self) -> None:
+        """Delayed entries whose time has come join the ready ones (at the back of their priority)."""
+        now = self._clock()
+        while self._waiting and self._waiting[0][0] <= now:
+            _, seq, key = heapq.heappop(self._waiting)
+            entry = self._pending.get(key)
+            if entry is not None and entry.seq == seq:
+                self._push(key, entry.priority, entry.ready_at)
+
+    def _arm(self) -> None:
+        """One timer, for the earliest delayed entry: it wakes the reconcilers waiting in `get`."""
+        while self._waiting and (self._pending.get(self._waiting[0][2]) or _STALE).seq != self._waiting[0][1]:
+            heapq.heappop(self._waiting)
+        if not self._waiting:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a synchronous test drives the clock): get_nowait promotes
+        when = loop.time() + max(0.0, self._waiting[0][0] - self._clock())
+        if self._timer is not None and self._timer.when() <= when:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._promote()
+        if self._ready_keys:
+            self._wakeup.set()
+        self._arm()
+
+
+_STALE = _Entry(0, 0.0, -1)
