@@ -174,7 +174,7 @@ async def test_relist_drops_ghosts_keeps_live_objects_and_enqueues_their_jobs(ku
     controller.observed(config_maps, "ADDED", live)
     controller.cache.listed.update({"Pod", "ConfigMap"})  # both were listed before the gap
     while len(controller.queue):
-        controller.queue.done(await controller.queue.get())
+        controller.queue.done((await controller.queue.get())[0])
 
     # The relist an informer makes after a 410 Gone, against the real API server.
     for kind in (pods, config_maps):
@@ -183,7 +183,7 @@ async def test_relist_drops_ghosts_keeps_live_objects_and_enqueues_their_jobs(ku
     assert controller.stats.ghosts == 1
     assert controller.cache.pod(kube.ns, "gone-worker-3") is None
     assert controller.cache.jobs_on_node("node-1") == []  # and out of the pod indexes
-    assert (kube.ns, "gone") in controller.queue._dirty  # its job plans again without it
+    assert (kube.ns, "gone") in controller.queue.take_pending()  # its job plans again without it
     assert (kube.ns, "live-config") in controller.cache.indexes["configmaps"]
 
 

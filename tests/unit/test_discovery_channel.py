@@ -373,19 +373,19 @@ def test_after_the_deferred_discovery_write_the_nudge_goes_first_behind_the_mark
 @pytest.mark.parametrize("urgent_first", [False, True])
 def test_the_defer_after_the_config_map_says_the_launcher_nudges_are_still_to_go(urgent_first: bool) -> None:
     """The first pass after a taint writes only the ConfigMap; its Defer says the nudges it cut are urgent
-    too (the controller queues that pass at the front of the later lane, ahead of every job's ordinary rest). The
-    Defer after the nudges says nothing is left that a launcher reads."""
+    too (`Plan.urgent_rest`: the controller queues that pass at DISCOVERY, ahead of every job's ordinary rest).
+    The plan after the nudges says nothing is left that a launcher reads."""
     world = _running_world()
     world.taint("node-2", SPOT_TAINT)
 
     first = plan(world.snapshot("pi"), urgent_first=urgent_first)
-    (defer,) = [a for a in first if isinstance(a, Defer)]
-    assert defer.urgent_rest
+    assert [a for a in first if isinstance(a, Defer)] == [Defer()]
+    assert first.urgent_rest
     world.apply(first)
     second = plan(world.snapshot("pi"), urgent_first=urgent_first)
 
     assert nudges(second)
-    assert [a.urgent_rest for a in second if isinstance(a, Defer)] == [False]
+    assert [a for a in second if isinstance(a, Defer)] == [Defer()] and not second.urgent_rest
 
 
 def test_node_taint_converges_to_the_same_end_state_through_the_deferral() -> None:

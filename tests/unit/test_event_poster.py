@@ -8,22 +8,22 @@ import asyncio
 from typing import Any
 
 from mpijob.executor.apply import Executor
-from mpijob.executor.client import LOW, ApiError
+from mpijob.executor.client import ApiError, WriteClass
 from mpijob.executor.events import EventPoster
 from mpijob.planner.actions import Emit
 from mpijob.runtime.metrics import Metrics
 
 
 class SlowClient:
-    """Answers each create when the test releases it; records what it was asked, and at which priority."""
+    """Answers each create when the test releases it; records what it was asked, and in which write class."""
 
     def __init__(self) -> None:
-        self.asked: list[tuple[str, int]] = []
+        self.asked: list[tuple[str, WriteClass | None]] = []
         self.release = asyncio.Event()
         self.fail: set[str] = set()
 
-    async def create(self, path: str, obj: Any, *, priority: int = 0) -> Any:
-        self.asked.append((obj["reason"], priority))
+    async def create(self, path: str, obj: Any, *, write_class: WriteClass = WriteClass.NORMAL) -> Any:
+        self.asked.append((obj["reason"], write_class))
         await self.release.wait()
         if obj["reason"] in self.fail:
             raise ApiError(500, "Internal Server Error", "")
@@ -34,8 +34,8 @@ def _job(uid: str = "u1") -> dict[str, Any]:
     return {"metadata": {"name": "j", "namespace": "ns", "uid": uid, "resourceVersion": "1"}}
 
 
-def test_a_reconcile_does_not_wait_for_its_events_and_they_are_posted_at_low_priority() -> None:
-    async def main() -> tuple[list[tuple[str, int]], int]:
+def test_a_reconcile_does_not_wait_for_its_events_and_they_are_posted_in_the_event_class() -> None:
+    async def main() -> tuple[list[tuple[str, WriteClass | None]], int]:
         client = SlowClient()
         poster = EventPoster(client)
         executor = Executor(client, events=poster)  # type: ignore[arg-type]  # a fake client
@@ -47,11 +47,11 @@ def test_a_reconcile_does_not_wait_for_its_events_and_they_are_posted_at_low_pri
 
     asked, pending = asyncio.run(main())
     assert pending == 1
-    assert asked == [("MPIJobCreated", LOW)]
+    assert asked == [("MPIJobCreated", WriteClass.EVENT)]
 
 
 def test_one_jobs_events_keep_their_order_and_other_jobs_do_not_wait_for_them() -> None:
-    async def main() -> list[tuple[str, int]]:
+    async def main() -> list[tuple[str, WriteClass | None]]:
         client = SlowClient()
         poster = EventPoster(client)
         await poster.post("/p", {"reason": "A1"}, "a")
@@ -62,9 +62,10 @@ def test_one_jobs_events_keep_their_order_and_other_jobs_do_not_wait_for_them() 
         seen = list(client.asked)  # A2 waits for A1; B1 does not
         client.release.set()
         await poster.drain(5)
-        return seen + [("then", 0)] + client.asked[len(seen) :]
+        return seen + [("then", None)] + client.asked[len(seen) :]
 
-    assert asyncio.run(main()) == [("A1", LOW), ("B1", LOW), ("then", 0), ("A2", LOW)]
+    event = WriteClass.EVENT
+    assert asyncio.run(main()) == [("A1", event), ("B1", event), ("then", None), ("A2", event)]
 
 
 def test_a_post_that_keeps_failing_is_dropped_after_its_last_try_and_the_next_event_of_the_job_still_goes() -> None:
@@ -120,7 +121,7 @@ class Server:
         self.stored: dict[str, Any] = {}
         self.tries = 0
 
-    async def create(self, path: str, obj: Any, *, priority: int = 0) -> Any:
+    async def create(self, path: str, obj: Any, **_: Any) -> Any:
         self.tries += 1
         name = obj["metadata"]["name"]
         if name in self.stored:

@@ -79,7 +79,7 @@ def _operate(h: Handover, seconds: float = 1.5, *, start: bool = False) -> bool:
             while idle < 5 and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
                 q = controller.queue
-                busy = len(q) or q._processing or q._timers or q._batches
+                busy = q.busy() or q.queued()
                 idle = 0 if busy else idle + 1
             return idle >= 5
         finally:

@@ -201,9 +201,7 @@ def _controller() -> Controller:
 
 
 def _queued(controller: Controller) -> set[Any]:
-    keys = set(controller.queue._dirty)
-    controller.queue._dirty.clear()
-    return keys
+    return set(controller.queue.take_pending())
 
 
 def _edit(obj: Obj, change: Callable[[Obj], None]) -> Obj:

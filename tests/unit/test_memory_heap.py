@@ -134,16 +134,16 @@ def test_the_work_queue_says_when_it_goes_idle_and_how_many_keys_were_done_since
         queue.on_idle = idle.append
         for key in ("a", "b", "c"):
             queue.add(key)
-        first = await queue.get()
+        first = (await queue.get())[0]
         queue.add(first)  # an event for a key being processed: it runs again, the queue is not idle
         queue.done(first)
         for _ in range(2):
-            queue.done(await queue.get())
+            queue.done((await queue.get())[0])
         assert idle == []  # the re-added key is still pending
-        queue.done(await queue.get())
+        queue.done((await queue.get())[0])
         assert idle == [4]
         queue.add("d")
-        key = await queue.get()
+        key = (await queue.get())[0]
         queue.done(key)
 
     asyncio.run(go())
@@ -158,7 +158,7 @@ def test_a_key_still_running_keeps_the_queue_from_being_idle() -> None:
         queue.on_idle = idle.append
         queue.add("a")
         queue.add("b")
-        a, b = await queue.get(), await queue.get()
+        a, b = (await queue.get())[0], (await queue.get())[0]
         queue.done(a)
         assert idle == []
         queue.done(b)

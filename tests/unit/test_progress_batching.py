@@ -51,7 +51,7 @@ def _controller(batch: float = 0.05) -> tuple[Controller, Obj]:
 
 async def _drain(controller: Controller) -> None:
     while len(controller.queue):
-        key = await controller.queue.get()
+        key, _ = await controller.queue.get()
         controller.queue.done(key)
 
 
@@ -127,10 +127,10 @@ def test_a_pass_queued_by_other_news_reads_the_progress_too_and_no_later_pass_fo
     async def run() -> tuple[int, int]:
         controller.observed(PODS, "MODIFIED", PODS.slim(_running(pending, "12")))  # progress: a timer
         controller.queue.add((NS, "pi"))  # news of another kind: at once
-        key = await controller.queue.get()  # this pass reads the cache, the progress included
+        key, _ = await controller.queue.get()  # this pass reads the cache, the progress included
         controller.queue.done(key)
         await asyncio.sleep(0.1)
-        return len(controller.queue), len(controller.queue._batches)
+        return len(controller.queue), controller.queue.queued()
 
     assert asyncio.run(run()) == (0, 0)
 

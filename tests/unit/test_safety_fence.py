@@ -54,8 +54,8 @@ def test_a_batch_stops_at_the_first_write_after_leadership_is_lost() -> None:
         ]
         original = client.merge_patch
 
-        async def patch_then_lose(path: str, patch: Any) -> Any:
-            result = await original(path, patch)
+        async def patch_then_lose(path: str, patch: Any, **kw: Any) -> Any:
+            result = await original(path, patch, **kw)
             leading[0] = False
             return result
 

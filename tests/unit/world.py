@@ -653,5 +653,5 @@ async def quiet(controller: Controller) -> None:
     while idle < 5:
         await asyncio.sleep(0.05)
         queue = controller.queue
-        busy = len(queue) or queue._processing or queue._timers or queue._batches
+        busy = queue.busy() or queue.queued()
         idle = 0 if busy else idle + 1

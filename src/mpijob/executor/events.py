@@ -1,18 +1,18 @@
 """Events posted off the reconcile path, in the client's EVENT write class.
 
-A reconcile that awaited its Events held its worker (and the shared budget's place) until they were posted:
-a new 8-worker job's `SuccessfulCreate` and `MPIJobCreated` took two tokens in the middle of the ramp of
-creates that every job is waiting for, and the scale-in of hundreds of jobs queued their `WorkersLeaving`
-Events in front of the marks and deletes. Here each Event is its own task, in the EVENT class (the shared budget, after the work's writes):
-it is posted at once when the budget has room, and after the creates, patches and deletes waiting at the
-same time when it has not (client-go's broadcaster likewise posts Events outside the sync loop, from the
-same budget). One job's Events keep their order (each waits for the one before it). Past `limit` Events in
-flight, the caller waits for its Event, as before: memory stays bounded when the API server is slow.
-A post that meets a loaded API server (429, 5xx, a timeout, a dropped connection) is tried again with
-backoff, up to `tries` times (client-go's recorder tries 12 times, 10 s apart); the name is set here, as
-client-go does, so a retry of a post that did land meets 409 instead of making a second Event. What is
-dropped is counted by why (`dropped`, metric `mpijob_events_dropped_total`): `rejected` (any other 4xx, such
-as a namespace being deleted), `retries` (still failing after the last try), `stopping` (not posted within
+A reconcile that awaited its Events held its worker (and the shared budget's place) until they were posted: a
+new 8-worker job's `SuccessfulCreate` and `MPIJobCreated` took two tokens in the middle of the ramp of creates
+that every job is waiting for, and the scale-in of hundreds of jobs queued their `WorkersLeaving` Events in
+front of the marks and deletes. Here each Event is its own task, in the EVENT class (the shared budget, after
+the work's writes): it is posted at once when the budget has room, and after the creates, patches and deletes
+waiting at the same time when it has not (client-go's broadcaster likewise posts Events outside the sync loop,
+from the same budget). One job's Events keep their order (each waits for the one before it). Past `limit`
+Events in flight, the caller waits for its Event, as before: memory stays bounded when the API server is slow.
+A post that meets a loaded API server (429, 5xx, a timeout, a dropped connection) is tried again with backoff,
+up to `tries` times (client-go's recorder tries 12 times, 10 s apart); the name is set here, as client-go
+does, so a retry of a post that did land meets 409 instead of making a second Event. What is dropped is
+counted by why (`dropped`, metric `mpijob_events_dropped_total`): `rejected` (any other 4xx, such as a
+namespace being deleted), `retries` (still failing after the last try), `stopping` (not posted within
 `drain`'s timeout when the operator stops). An Event never fails a reconcile.
 """
 

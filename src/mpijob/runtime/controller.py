@@ -44,6 +44,7 @@ CONFIRM_ROUNDS = 3
 # terminating or losing Ready queues its job at once.
 PROGRESS_BATCH_SECONDS = 0.5
 
+
 def _rv(obj: Any) -> int:
     """resourceVersions are opaque, but etcd-backed servers make them increasing integers; treat
     anything else as 0 so the staleness check simply never fires."""

@@ -46,7 +46,8 @@ from mpijob.planner.status import is_true as status_is_true
 from mpijob.planner.status import state as job_state
 from mpijob.planner.workers import DISRUPTED, node_signal
 from mpijob.runtime.cache import Cache, Key
-from mpijob.runtime.controller import Controller, Spinning
+from mpijob.runtime.controller import Controller, Requeue, Spinning
+from mpijob.runtime.workqueue import NORMAL
 
 log = logging.getLogger("mpijob.metrics")
 
@@ -564,10 +565,10 @@ class InstrumentedController(Controller):
         super().__init__(*args, **kwargs)
         self.metrics = metrics
 
-    async def reconcile(self, key: Key) -> float | None:
+    async def reconcile(self, key: Key, priority: int = NORMAL) -> Requeue | None:
         started = time.perf_counter()
         try:
-            return await super().reconcile(key)
+            return await super().reconcile(key, priority)
         except Spinning:
             raise  # not a failure: counted by mpijob_reconcile_spins_total
         except Exception:

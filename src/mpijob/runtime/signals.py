@@ -7,6 +7,7 @@ queues a short pass at SIGNAL, and the same event always gets the same priority.
 
 from __future__ import annotations
 
+from mpijob.api.constants import ANNOTATION_LEAVING_SINCE
 from mpijob.api.objects import Obj, is_terminating, pod_ready
 from mpijob.runtime.workqueue import NORMAL, SIGNAL
 
@@ -28,7 +29,10 @@ def event_priority(kind: str, type: str, old: Obj | None, new: Obj) -> int:
 
 def pod_going(type: str, old: Obj | None, new: Obj) -> bool:
     """The pod is leaving: deleted (unless it was terminating already: that was the signal), starting to
-    terminate, newly Failed or Succeeded, no longer Ready, or its DisruptionTarget condition changed."""
+    terminate, newly Failed or Succeeded, no longer Ready, or its DisruptionTarget condition changed. A worker
+    marked leaving is out of discovery since its mark: its going is no news (our deletes at its deadline)."""
+    if ANNOTATION_LEAVING_SINCE in ((new.get("metadata") or {}).get("annotations") or {}):
+        return False
     if type == "DELETED":
         return not is_terminating(old if old is not None else new)
     if old is None:

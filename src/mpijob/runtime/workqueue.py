@@ -66,6 +66,10 @@ class WorkQueue:
         self._promote()
         return len(self._ready_keys)
 
+    def queued(self) -> int:
+        """Keys queued, ready or delayed."""
+        return len(self._pending)
+
     def busy(self) -> bool:
         """Keys ready or being reconciled."""
         return bool(self._ready_keys or self._processing)
