@@ -506,6 +506,7 @@ class Run:
         """Each leaving worker in flight is deleted at the deadline recorded before the restart."""
 
         async def all_deleted() -> bool:
+            pods.raise_if_broken("pods")
             return set(before) <= set(deletions(pods.events))
 
         await seconds_until(all_deleted, what="leaving workers deleted", within=self.args.scale_in_grace + 300)
@@ -562,6 +563,8 @@ class Run:
         self.out |= summary(list(seen().values()), "floor_burst_start_to_watch")
 
     async def cleanup(self, operator: Operator) -> None:
+        # Watches the server ended early and the recorder opened again (their events are all kept).
+        self.out["watch_streams_resumed"] = sum(stream.resumed for stream in self.streams)
         for stream in self.streams:
             await stream.stop()
         operator.stop()

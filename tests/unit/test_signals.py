@@ -3,16 +3,25 @@ launcher's discovery, NORMAL for the rest; read from the event alone, so the sam
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
 import pytest
 
 from mpijob.api import constants as c
+from mpijob.executor.apply import Executor
+from mpijob.planner.actions import Patch
+from mpijob.planner.snapshot import OperatorConfig
+from mpijob.runtime.controller import Controller
+from mpijob.runtime.kinds import BY_KIND
 from mpijob.runtime.signals import event_priority
 from mpijob.runtime.workqueue import NORMAL, SIGNAL
 
 from .builders import mpijob, worker
+from .test_safety_fence import RecordingClient
+
+MPIJOBS = BY_KIND["MPIJob"]
 
 Obj = dict[str, Any]
 
@@ -88,3 +97,78 @@ def test_an_edit_of_the_mpijob_is_a_signal_and_a_status_write_is_not() -> None:
 def test_children_are_normal() -> None:
     cm = {"metadata": {"name": "pi-config"}, "data": {"a": "1"}}
     assert event_priority("ConfigMap", "MODIFIED", cm, _changed(cm, "data", "a", "2")) == NORMAL
+
+
+# -- the echo of our own write of the MPIJob, through the controller ------------------------------------------
+
+
+def _controller() -> Controller:
+    controller = Controller(Executor(RecordingClient()), OperatorConfig())  # type: ignore[arg-type]
+    controller.cache.ready = True
+    return controller
+
+
+def _queued_at(controller: Controller, old: Obj, new: Obj) -> int | None:
+    controller.observed(MPIJOBS, "ADDED", MPIJOBS.slim(old))
+    controller.queue.take_pending()
+    controller.observed(MPIJOBS, "MODIFIED", MPIJOBS.slim(new))
+    taken = controller.queue.get_nowait()
+    if taken is None:
+        return None
+    controller.queue.done(taken[0])
+    return taken[1]
+
+
+def _edited(job: Obj, rv: str) -> Obj:
+    made = copy.deepcopy(job)
+    made["metadata"]["resourceVersion"] = rv
+    made["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 1
+    return made
+
+
+def test_a_users_edit_of_the_mpijob_is_a_signal_and_our_own_record_is_not() -> None:
+    job = mpijob(workers=2)
+    job["metadata"]["resourceVersion"] = "10"
+    key = (job["metadata"]["namespace"], job["metadata"]["name"])
+
+    users = _controller()
+    assert _queued_at(users, job, _edited(job, "11")) == SIGNAL
+
+    ours = _controller()
+    ours.executor.job_writes.written[key] = 11  # our record's patch answered with version 11
+    assert _queued_at(ours, job, _edited(job, "11")) == NORMAL
+    later = _edited(job, "12")
+    later["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 3
+    assert _queued_at(ours, _edited(job, "11"), later) == SIGNAL, "an edit after our write is news"
+
+
+def test_an_edit_that_comes_while_we_write_the_job_is_read_as_our_echo() -> None:
+    """The watch event of our write can come before the write's answer: while a write of the job is in flight,
+    its events are ours (a user's edit in that instant waits at NORMAL: later, never lost)."""
+    job = mpijob(workers=2)
+    job["metadata"]["resourceVersion"] = "10"
+    controller = _controller()
+    controller.executor.job_writes.in_flight[(job["metadata"]["namespace"], job["metadata"]["name"])] = 1
+    assert _queued_at(controller, job, _edited(job, "11")) == NORMAL
+
+
+def test_the_executor_counts_a_job_write_in_flight_and_keeps_the_version_it_made() -> None:
+    seen: list[int] = []
+    executor = Executor(RecordingClient(), post_events=False)  # type: ignore[arg-type]
+    job = mpijob(workers=2)
+    job["metadata"]["resourceVersion"] = "10"
+    key = (job["metadata"]["namespace"], job["metadata"]["name"])
+    original = executor.client.merge_patch
+
+    async def patch(path: str, body: Any, **kw: Any) -> Any:
+        seen.append(executor.job_writes.in_flight.get(key, 0))
+        await original(path, body, **kw)
+        return {"metadata": {"resourceVersion": "42"}}
+
+    executor.client.merge_patch = patch  # type: ignore[method-assign]
+    record = Patch("kubeflow.org/v2beta1", "MPIJob", job["metadata"]["name"], {"spec": {}}, resource_version="10")
+    asyncio.run(executor.apply(job, [record]))
+
+    assert seen == [1] and executor.job_writes.in_flight == {}
+    assert executor.job_writes.written == {key: 42}
+    assert executor.job_writes.echo(key, "42") and not executor.job_writes.echo(key, "43")

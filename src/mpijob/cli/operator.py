@@ -39,8 +39,9 @@ def _kube_api_flags(op: Any) -> None:
         "--kube-api-urgent-qps",
         type=float,
         default=_optional_float(os.environ.get("MPIJOB_KUBE_API_URGENT_QPS")),
-        help="budget of the writes that take leaving workers out of discovery, which must not wait behind the "
-        "others after a spot notice (default: 10x --kube-api-qps; env MPIJOB_KUBE_API_URGENT_QPS)",
+        help="budget of the URGENT write class: the writes that take leaving workers out of discovery, which "
+        "must not wait behind the others after a spot notice (default: 10x --kube-api-qps; env "
+        "MPIJOB_KUBE_API_URGENT_QPS)",
     )
     op.add_argument(
         "--kube-api-urgent-burst",

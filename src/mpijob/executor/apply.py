@@ -90,6 +90,26 @@ class Outcome:
     created: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
 
+def version_number(rv: Any) -> int:
+    """resourceVersions are opaque, but etcd-backed servers make them increasing integers; anything else is 0
+    (no comparison that uses it then ever fires)."""
+    return int(rv) if isinstance(rv, str) and rv.isdigit() else 0
+
+
+@dataclass
+class JobWrites:
+    """Our writes of MPIJobs, for the watch side: the version each job's last write made (the cache must show
+    it before the job is planned again: runtime/controller.py `Expectations`), and the writes in flight. A
+    job's event that carries a version we made, or comes while we write the job, is the echo of our own write
+    (its priority: runtime/signals.py)."""
+
+    written: dict[tuple[str, str], int] = field(default_factory=dict)
+    in_flight: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def echo(self, key: tuple[str, str], rv: Any) -> bool:
+        return self.in_flight.get(key, 0) > 0 or 0 < version_number(rv) <= self.written.get(key, 0)
+
+
 @dataclass
 class _Batch:
     """One `Executor.apply`: where it writes, what it learned, and the Events it will post."""
@@ -135,6 +155,7 @@ class Executor:
         events: EventPoster | None = None,
     ) -> None:
         self.client = client
+        self.job_writes = JobWrites()
         # Posts Events off the reconcile path (the operator's); None: each Event is awaited in its reconcile.
         self.events = events
         self.post_events = post_events
@@ -208,7 +229,10 @@ class Executor:
             if is_job and action.subresource == "status" and batch.status_uids:
                 action = _with_uids(action, batch.status_uids)
                 batch.status_uids = {}
-            result = await self._patch(batch.namespace, action, made, write_class)
+            if is_job:
+                result = await self._patch_job(batch, action, made, write_class)
+            else:
+                result = await self._patch(batch.namespace, action, made, write_class)
             version = (result.get("metadata") or {}).get("resourceVersion") if isinstance(result, dict) else None
             if not is_job and version is not None:
                 batch.versions[(action.kind, action.name)] = version
@@ -301,6 +325,24 @@ class Executor:
             return None
         log.info("%s %s/%s already existed and is this job's own: adopted", obj["kind"], namespace, meta.get("name"))
         return str(meta["uid"])
+
+    async def _patch_job(self, batch: _Batch, action: Patch, made: Any, write_class: WriteClass) -> Any:
+        """A patch of the batch's MPIJob, counted in flight until its answer, and its new version kept
+        (`JobWrites`), before anything else of this batch awaits."""
+        key = (batch.namespace, batch.job_name)
+        writes = self.job_writes
+        writes.in_flight[key] = writes.in_flight.get(key, 0) + 1
+        try:
+            result = await self._patch(batch.namespace, action, made, write_class)
+        finally:
+            if (left := writes.in_flight[key] - 1) > 0:
+                writes.in_flight[key] = left
+            else:
+                del writes.in_flight[key]
+        version = (result.get("metadata") or {}).get("resourceVersion") if isinstance(result, dict) else None
+        if version_number(version):
+            writes.written[key] = version_number(version)
+        return result
 
     async def _patch(self, namespace: str, action: Patch, made: Any, write_class: WriteClass) -> Any:
         """`made`: the resourceVersion an earlier write of this batch made of the object, if any."""

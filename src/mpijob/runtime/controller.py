@@ -4,6 +4,10 @@ reconcile(key) = cache -> plan -> apply -> remember: a snapshot from the cache (
 wrote last: `Expectations`), the pure plan(snapshot), the executor applying it, and what the write taught us
 kept for the job's next reconcile. The informers (runtime/informer.py) feed the cache through `replaced` and
 `observed`; nothing here writes to a watched object but the executor.
+
+Order: an event queues its jobs at its priority (runtime/signals.py), and a pass returns the delay and the
+priority of its own requeue (`Requeue`, `_next_look`); the queue (runtime/workqueue.py) does the rest
+(docs/design.md, "The order of work").
 """
 
 from __future__ import annotations
@@ -95,9 +99,9 @@ class Expectations:
     """What a job's last reconcile wrote and the cache must show before the job is planned again, and what
     it learnt that the cache cannot show (client-go's expectations, plus two hand-overs)."""
 
-    # resourceVersion we last wrote of the MPIJob and of its discovery ConfigMap: a cache older than that
-    # is stale (our own watch event is on its way and will enqueue the job again), so planning on it would
-    # only cause a 409 or undo the write.
+    # resourceVersion we last wrote of the MPIJob (the executor's `JobWrites.written`, kept as each write
+    # answers) and of its discovery ConfigMap: a cache older than that is stale (our own watch event is on
+    # its way and will enqueue the job again), so planning on it would only cause a 409 or undo the write.
     job_rv: dict[Key, int] = field(default_factory=dict)
     config_map_rv: dict[Key, int] = field(default_factory=dict)
     # Pods we created, until the cache shows them (or the deadline passes): planning before would count them
@@ -158,8 +162,6 @@ class Expectations:
         return None
 
     def remember(self, key: Key, outcome: Outcome) -> None:
-        if outcome.job_resource_version is not None:
-            self.job_rv[key] = _rv(outcome.job_resource_version)
         if outcome.config_map_resource_version is not None:
             self.config_map_rv[key] = _rv(outcome.config_map_resource_version)
         if outcome.created_pods:
@@ -191,7 +193,7 @@ class Controller:
         self.clock = clock
         self.stats = Stats()
         self.warm = asyncio.Event()
-        self.expectations = Expectations()
+        self.expectations = Expectations(job_rv=executor.job_writes.written)
         # Jobs whose passes repeat the same writes without effect are held back (runtime/spin.py).
         self.spin = SpinGuard()
         self.leading = asyncio.Event()
@@ -232,7 +234,8 @@ class Controller:
             log.debug("MPIJob event %s %s rv=%s", type, key, obj["metadata"].get("resourceVersion"))
         for listener in self.listeners.get(w.kind, ()):
             listener(type, obj)
-        priority = event_priority(w.kind, type, old, obj) if self.cache.ready else LOW
+        own = w.kind == "MPIJob" and self.executor.job_writes.echo(key, meta(obj).get("resourceVersion"))
+        priority = event_priority(w.kind, type, old, obj, own) if self.cache.ready else LOW
         delay = 0.0
         if self.progress_batch > 0 and w.kind == "Pod" and type != "DELETED" and only_progress(old, obj):
             delay = self.progress_batch

@@ -1,8 +1,8 @@
 """What a watch event says about how soon its jobs need a pass: the queue priority the controller adds them at.
 
-Read from the event alone (the cached object before it, the object after), never from who wrote it: an echo of
-our own write that reads as a signal (a pod we deleted starting to terminate, the record we wrote on the job)
-queues a short pass at SIGNAL, and the same event always gets the same priority.
+Read from the event (the cached object before it, the object after), and for an MPIJob from whether it is the
+echo of our own write (`executor.apply.JobWrites`): our record of a decision is no news, and raised to SIGNAL
+it would put the rest of that job's pass ahead of other jobs' launcher nudges.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from mpijob.runtime.workqueue import NORMAL, SIGNAL
 _FINISHED = ("Failed", "Succeeded")
 
 
-def event_priority(kind: str, type: str, old: Obj | None, new: Obj) -> int:
+def event_priority(kind: str, type: str, old: Obj | None, new: Obj, own: bool = False) -> int:
     """SIGNAL for what can change who is in a launcher's discovery: any node event that reached the queue (a
     taint, a condition, a cordon, the node gone), a pod going (`pod_going`), an edit of the MPIJob
-    (`mpijob_edited`). NORMAL for the rest: progress, our children, status echoes."""
+    (`mpijob_edited`) that is not our own (`own`). NORMAL for the rest: progress, our children, our echoes."""
     if kind == "Node":
         return SIGNAL
     if kind == "Pod" and pod_going(type, old, new):
         return SIGNAL
-    if kind == "MPIJob" and mpijob_edited(type, old, new):
+    if kind == "MPIJob" and not own and mpijob_edited(type, old, new):
         return SIGNAL
     return NORMAL
 
