@@ -140,7 +140,16 @@ async def run(
         election.set_name("leader election")
     else:
         controller.leading.set()
-    tasks.append(asyncio.create_task(controller.run_reconcilers(), name="reconcilers"))
+    reconcilers = asyncio.create_task(controller.run_reconcilers(), name="reconcilers")
+
+    def reconcilers_ended(task: asyncio.Task[None]) -> None:
+        # A reconciler that dies (a bug) must not leave the operator watching with nobody reconciling.
+        if not task.cancelled():
+            log.error("the reconcilers ended: %r; stopping", task.exception())
+            stop.set()
+
+    reconcilers.add_done_callback(reconcilers_ended)
+    tasks.append(reconcilers)
     started_as = (options.namespaces or "all", options.reconcilers, options.qps, options.burst)
     log.info("operator started: namespaces=%s reconcilers=%d qps=%s burst=%d", *started_as)
     try:

@@ -55,7 +55,8 @@ class WorkQueue:
         self._seq = itertools.count()
         self._failures: dict[Hashable, int] = {}
         self._wakeup = asyncio.Event()
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
+        self._timer_at = 0.0
         # Called with how many keys were done since the queue last had nothing ready or running, each time it
         # has nothing again (runtime/heap.py: a burst's freed heap is returned then).
         self.on_idle: Callable[[int], None] | None = None
@@ -183,11 +184,12 @@ class WorkQueue:
         except RuntimeError:
             return  # no loop (a synchronous test drives the clock): get_nowait promotes
         when = loop.time() + max(0.0, self._waiting[0][0] - self._clock())
-        if self._timer is not None and self._timer.when() <= when:
+        if self._timer is not None and self._timer_at <= when:
             return
         if self._timer is not None:
             self._timer.cancel()
-        self._timer = loop.call_at(when, self._fire)
+        # The handle's own `when()` is asyncio's, not uvloop's (the operator's loop): the time is kept here.
+        self._timer, self._timer_at = loop.call_at(when, self._fire), when
 
     def _fire(self) -> None:
         self._timer = None
