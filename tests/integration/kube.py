@@ -211,8 +211,9 @@ async def operator_caught_up(kube: Kube, control: str) -> None:
     pass just because the operator was slow (a stopped or lagging operator fails it here), though a reconcile
     of an earlier job still running on another worker is not waited for. Cheap: a suspended job has no pod."""
     await kube.create(mpijob(control, workers=1, run_policy={"suspend": True}))
-    await eventually(lambda: _has(kube, control, "Suspended"), within=60, what=f"{control} Suspended=True")
+    await eventually(lambda: job_has(kube, control, "Suspended"), within=60, what=f"{control} Suspended=True")
 
 
-async def _has(kube: Kube, job: str, kind: str) -> bool:
+async def job_has(kube: Kube, job: str, kind: str) -> bool:
+    """The job carries condition `kind` with status True (read now, not from a cache)."""
     return has_condition(await kube.job(job), kind)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kube import Kube, eventually, has_condition, live, mpijob
+from kube import Kube, eventually, has_condition, job_has, live, mpijob
 from kubernetes_asyncio.client import CoreV1Api
 from operator_harness import OperatorProcess
 from rbac import operator_kubeconfig
@@ -98,12 +98,8 @@ async def _under_the_reference(h: Handover) -> None:
         pod = (await h.kube.launcher_pods(name))[0]["metadata"]["name"]
         await complete_pod(h.tb.kubeconfig, NS, pod, succeeded=ok)
     for name, cond in (("succeeded", "Succeeded"), ("failed", "Failed"), ("suspended", "Suspended")):
-        await eventually(lambda n=name, k=cond: _has(h.kube, n, k), within=120, what=f"{name} {cond}")
-    await eventually(lambda: _has(h.kube, "created", "Created"), within=60, what="created Created")
-
-
-async def _has(kube: Kube, name: str, cond: str) -> bool:
-    return has_condition(await kube.job(name), cond)
+        await eventually(lambda n=name, k=cond: job_has(h.kube, n, k), within=120, what=f"{name} {cond}")
+    await eventually(lambda: job_has(h.kube, "created", "Created"), within=60, what="created Created")
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import reference_examples
 from cannot_run import cannot_run
-from kube import API_VERSION, Kube, eventually, has_condition, mpijob, operator_caught_up
+from kube import API_VERSION, Kube, eventually, has_condition, job_has, mpijob, operator_caught_up
 from operator_harness import OperatorProcess
 from reference_operator import Reference, put_reference_crd, reference_built
 from test_real_node import (  # noqa: F401
@@ -311,15 +311,11 @@ async def test_created_suspended_makes_no_pods_until_resumed_then_succeeds(
     job = "pi-suspended"
     body = pi_job(job, mpi_images["openmpi4"], mpirun(2, "--allow-run-as-root"), run_policy={"suspend": True})
     await kube.create(body)
-    await eventually(lambda: _suspended(kube, job), within=60, what="Suspended=True")
+    await eventually(lambda: job_has(kube, job, "Suspended"), within=60, what="Suspended=True")
     await operator_caught_up(kube, "pi-suspended-control")
     assert await kube.workers(job) == [] and await kube.launcher_pods(job) == []
     await kube.patch_job(job, {"spec": {"runPolicy": {"suspend": False}}})
     await assert_pi_ran_across_workers(tb, kube, job, 2)
-
-
-async def _suspended(kube: Kube, job: str) -> bool:
-    return has_condition(await kube.job(job), "Suspended")
 
 
 async def test_host_network_job_resolves_its_worker_through_cluster_dns_and_succeeds(
