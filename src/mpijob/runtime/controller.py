@@ -320,8 +320,11 @@ class Controller:
         else:
             await self._guard(key, job, actions[: outcome.applied])
         again = self._next_look(key, outcome, actions, priority)
-        # Held no more: one prompt pass clears the ReconcileStalled condition (job_status.stall_cleared).
-        return Requeue(0.0, NORMAL) if held is not None and self.spin.held(key) is None else again
+        if held is not None and self.spin.held(key) is None:
+            # Held no more: one prompt pass clears the ReconcileStalled condition (job_status.stall_cleared),
+            # merged with the pass's own requeue as the queue merges two adds.
+            return Requeue(0.0, NORMAL if again is None else max(NORMAL, again.priority))
+        return again
 
     async def _guard(self, key: Key, job: Obj, applied: Sequence[Action]) -> None:
         """The spin guard (runtime/spin.py): a job whose passes repeat the same writes at the same
