@@ -5,21 +5,29 @@ making progress is never held back, and a steady one costs nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from mpijob.api import constants as c
-from mpijob.planner.actions import Defer, Patch
+from mpijob.executor.apply import Executor, Outcome
+from mpijob.planner.actions import Defer, Patch, Plan
+from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import slim
+from mpijob.runtime.controller import Controller, Requeue
+from mpijob.runtime.kinds import BY_KIND
 from mpijob.runtime.metrics import Metrics
 from mpijob.runtime.spin import SPIN_THRESHOLD, SpinGuard
+from mpijob.runtime.workqueue import DISCOVERY, LOW, NORMAL, SIGNAL
 
 from .builders import elastic, mpijob
 from .test_handover_reference import Handover, _handed_over, _operate
 from .test_progress_batching import _start_workers_one_by_one
+from .test_safety_fence import RecordingClient
 from .world import inform
 
 Obj = dict[str, Any]
@@ -129,3 +137,52 @@ def test_the_guard_holds_only_the_same_writes_at_the_same_job_version_repeated()
     # A pass that plans no write ends the hold.
     assert guard.observe(key, "99", []) is None and guard.held(key) is None
     assert guard.spins == 1
+
+
+# -- the pass that ends a hold: its own requeue keeps its priority (runtime/controller.py) -------------------
+
+
+def _held_controller() -> tuple[Controller, tuple[str, str]]:
+    """A controller whose one cached job is held back (the same ConfigMap write, SPIN_THRESHOLD times)."""
+    controller = Controller(Executor(RecordingClient()), OperatorConfig())  # type: ignore[arg-type]
+    controller.cache.ready = True
+    job = mpijob(workers=2)
+    job["metadata"]["resourceVersion"] = "10"
+    controller.observed(BY_KIND["MPIJob"], "ADDED", BY_KIND["MPIJob"].slim(job))
+    key = (job["metadata"]["namespace"], job["metadata"]["name"])
+    for _ in range(SPIN_THRESHOLD):
+        controller.spin.observe(key, "10", [_patch("a")])
+    assert controller.spin.held(key) is not None
+    return controller, key
+
+
+@pytest.mark.parametrize(
+    "outcome,priority,expected",
+    [
+        # A node signal's pass writes discovery and defers, with launcher nudges still to go: DISCOVERY.
+        (Outcome(deferred=True, applied=1), SIGNAL, Requeue(0.0, DISCOVERY)),
+        # A 409 keeps the pass's own priority.
+        (Outcome(conflict="409 Conflict"), SIGNAL, Requeue(0.0, SIGNAL)),
+        # Nothing else to do: one prompt pass clears the ReconcileStalled condition.
+        (Outcome(applied=1), SIGNAL, Requeue(0.0, NORMAL)),
+        (Outcome(applied=1, requeue_after=30.0), LOW, Requeue(0.0, NORMAL)),
+    ],
+)
+def test_a_pass_that_ends_a_hold_asks_for_a_prompt_pass_without_lowering_its_own_requeue(
+    outcome: Outcome, priority: int, expected: Requeue
+) -> None:
+    """The hold's end asks for one prompt pass (NORMAL) to clear the condition, merged with the pass's own
+    requeue as the queue merges two adds (the higher priority, the earlier time). The first version returned
+    the prompt pass instead: a signalled job's rest with nudges to go, or its 409 retry, fell to NORMAL,
+    behind every ordinary pass (docs/design.md, "The order of work", rule 3)."""
+    controller, key = _held_controller()
+    plan = Plan(leave_discovery=(_patch("b"),), urgent_rest=True, partial=True)
+
+    async def plan_and_apply(job: Obj, held: str | None = None) -> tuple[Outcome, Plan]:
+        assert held is not None, "planned as held back"
+        return outcome, plan
+
+    controller._plan_and_apply = plan_and_apply  # type: ignore[method-assign]
+    again = asyncio.run(controller.reconcile(key, priority))
+    assert controller.spin.held(key) is None, "the hold ended"
+    assert again == expected

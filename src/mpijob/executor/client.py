@@ -1,13 +1,16 @@
-"""A small JSON client over kubernetes_asyncio's ApiClient: create, merge-patch, delete, get any kind.
+"""A small JSON client over kubernetes_asyncio's ApiClient: get, create, merge-patch, delete any kind.
 
-kubernetes_asyncio does the connection, TLS and authentication (kubeconfig or in-cluster); requests go
-through its aiohttp session with its headers and auth, but not through its generic `call_api` (`_send`),
-so one code path serves every kind and the content type of a patch is explicit.
-Every request has a write class (`WriteClass`), and each class its token bucket: NORMAL within the operator's
-QPS and burst (one bucket for MPIJobs, one for the rest, like the reference operator's two clients), EVENT in
-the second of those at a lower rank (an Event waits while a write of the work waits), URGENT (the writes of
-`Plan.leave_discovery`) in one of its own, so a spot notice's burst of discovery writes does not queue behind
-the statuses and Events of the same burst.
+kubernetes_asyncio does the connection, TLS and authentication (kubeconfig or in-cluster); requests use its
+aiohttp session, headers and auth but not its generic `call_api` (`_send`), so one code path serves every
+kind and a patch's content type is explicit.
+
+Every request first takes a token (`TokenBucket`: `qps` a second, `burst` at once; waiters of the lowest
+rank first). Its bucket depends on its write class (`WriteClass`, `Client.bucket_for`):
+- NORMAL (reads and the work's writes): the operator's QPS and burst, one bucket for MPIJobs and one for
+  the rest, like the reference operator's two clients; watches open in the second;
+- EVENT: the second bucket at rank 1, so an Event waits behind the NORMAL requests waiting there;
+- URGENT (`Plan.leave_discovery`'s writes): a bucket of its own, 10x the budget by default, so a spot
+  notice's burst of discovery writes never queues behind that burst's statuses and Events.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ class WriteClass(enum.Enum):
 
     URGENT = "urgent"  # Plan.leave_discovery: workers leaving a launcher's discovery
     NORMAL = "normal"  # everything else the operator does, reads included
-    EVENT = "event"  # Events: the shared budget, after the work's writes waiting with them
+    EVENT = "event"  # Events: the shared bucket, behind the NORMAL requests waiting in it
 
 
 class TokenBucket:

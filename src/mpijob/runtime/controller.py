@@ -1,13 +1,16 @@
-"""The level-triggered loop: watch events only enqueue job keys; workers reconcile a key at a time.
+"""The level-triggered loop: watch events only queue job keys; reconcilers (coroutines, `--workers` of
+them) each take one key at a time and run one pass for it.
 
-reconcile(key) = cache -> plan -> apply -> remember: a snapshot from the cache (once the cache shows what we
-wrote last: `Expectations`), the pure plan(snapshot), the executor applying it, and what the write taught us
-kept for the job's next reconcile. The informers (runtime/informer.py) feed the cache through `replaced` and
-`observed`; nothing here writes to a watched object but the executor.
+A pass, `reconcile(key)`: cache -> plan -> apply -> remember: a snapshot from the cache (once it shows our
+last writes: `Expectations`), the pure plan(snapshot), the executor applying it, and what the writes taught
+us kept for the next pass. The informers feed the cache (`replaced`, `observed`); only the executor writes.
 
-Order: an event queues its jobs at its priority (runtime/signals.py), and a pass returns the delay and the
-priority of its own requeue (`Requeue`, `_next_look`); the queue (runtime/workqueue.py) does the rest
-(docs/design.md, "The order of work").
+The order of work (docs/design.md, "The order of work"):
+- `observed` queues an event's jobs at its priority (runtime/signals.py; LOW until every informer has
+  listed), a pod's mere progress `progress_batch` seconds later; at start every cached job once, at LOW;
+- a pass returns when and at which priority it wants the next (`Requeue`, `_next_look`); one that raised
+  backs off at its own priority (`_failed`);
+- the queue (runtime/workqueue.py) does the rest; passes below DISCOVERY hold at most half the reconcilers.
 """
 
 from __future__ import annotations
@@ -320,8 +323,11 @@ class Controller:
         else:
             await self._guard(key, job, actions[: outcome.applied])
         again = self._next_look(key, outcome, actions, priority)
-        # Held no more: one prompt pass clears the ReconcileStalled condition (job_status.stall_cleared).
-        return Requeue(0.0, NORMAL) if held is not None and self.spin.held(key) is None else again
+        if held is not None and self.spin.held(key) is None:
+            # Held no more: one prompt pass clears the ReconcileStalled condition (job_status.stall_cleared),
+            # merged with the pass's own requeue as the queue merges two adds.
+            return Requeue(0.0, NORMAL if again is None else max(NORMAL, again.priority))
+        return again
 
     async def _guard(self, key: Key, job: Obj, applied: Sequence[Action]) -> None:
         """The spin guard (runtime/spin.py): a job whose passes repeat the same writes at the same
@@ -338,6 +344,8 @@ class Controller:
             raise Spinning(held)
 
     def _next_look(self, key: Key, outcome: Outcome, actions: Sequence[Action], priority: int) -> Requeue | None:
+        """When and at which priority the job's next pass comes, from this pass's outcome (docs/design.md, "The
+        order of work", rule 3); a pass that failed raises its error (the reconciler backs off)."""
         if outcome.error is not None:
             raise outcome.error
         if outcome.gone is not None:
@@ -418,27 +426,28 @@ class Controller:
             try:
                 log.debug("reconcile %s/%s", *key)
                 again = await self.reconcile(key, priority)
-            except asyncio.CancelledError:
-                raise
-            except Spinning:
-                # Held back (the Warning went out once, with the condition): backoff, as for a failure.
-                delay = self.queue.add_rate_limited(key, priority)
-                log.debug("reconcile %s/%s: held back; again in %.2fs", key[0], key[1], delay)
-            except ApiError as err:
-                # An API refusal is expected now and then (quota, admission, RBAC): say it in one line.
-                self.stats.errors += 1
-                delay = self.queue.add_rate_limited(key, priority)
-                log.warning("reconcile %s/%s: %s; retrying in %.2fs", key[0], key[1], err, delay)
-            except Exception:
-                self.stats.errors += 1
-                delay = self.queue.add_rate_limited(key, priority)
-                log.exception("reconcile %s failed; retrying in %.2fs", key, delay)
+            except Exception as err:
+                self._failed(key, priority, err)
             else:
                 self.queue.forget(key)
                 if again is not None:
                     self.queue.add(key, again.priority, again.delay)
             finally:
                 self.queue.done(key)
+
+    def _failed(self, key: Key, priority: int, err: Exception) -> None:
+        """A pass that raised: the job again after its backoff, at the priority the pass had."""
+        delay = self.queue.add_rate_limited(key, priority)
+        if isinstance(err, Spinning):
+            # Held back (the Warning went out once, with the condition): backoff, as for a failure.
+            log.debug("reconcile %s/%s: held back; again in %.2fs", key[0], key[1], delay)
+            return
+        self.stats.errors += 1
+        if isinstance(err, ApiError):
+            # An API refusal is expected now and then (quota, admission, RBAC): say it in one line.
+            log.warning("reconcile %s/%s: %s; retrying in %.2fs", key[0], key[1], err, delay)
+        else:
+            log.error("reconcile %s failed; retrying in %.2fs", key, delay, exc_info=err)
 
     async def run_reconcilers(self) -> None:
         await self.warm.wait()

@@ -1,11 +1,14 @@
-"""One priority work queue, after controller-runtime's (pkg/controller/priorityqueue).
+"""The work queue of job keys: one priority queue, after controller-runtime's (pkg/controller/priorityqueue).
 
-A key is queued at most once and never processed by two reconcilers at once; added while it is processed, it
-is queued again when that pass is done. Each entry has a priority and a ready time: a re-add keeps the higher
-priority and the earlier ready time. `get` takes the highest ready priority, first in first out within it.
-One admission rule: passes below DISCOVERY hold at most `limit` reconcilers, so the rest of hundreds of jobs'
-passes, which wait on the shared QPS budget, never take the reconcilers the next signalled job needs
-(docs/design.md, "The order of work"). Failures back off, at the priority the pass had.
+Priorities, highest first: SIGNAL, DISCOVERY, NORMAL, LOW (what each is for: below). The rules:
+- one entry per key: a re-add keeps the higher priority and the earlier ready time;
+- `get` takes the highest priority that is ready (due), first in first out within it; a delayed key joins
+  the back of its priority when it comes due;
+- a key is never processed twice at once: added during its pass, it is queued again when `done`;
+- admission: passes below DISCOVERY hold at most `limit` reconcilers, so the rest of hundreds of jobs'
+  passes, waiting on the shared QPS budget, never take the reconcilers the next signal needs;
+- `add_rate_limited`: exponential backoff per key (until `forget`), at the priority given.
+Why this order: docs/design.md, "The order of work".
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 # Priorities, highest first. SIGNAL: an event that can change who is in a launcher's discovery (a node
-# signal, a pod going, an edit of the MPIJob). DISCOVERY: the rest of a pass cut before its launcher nudges.
-# NORMAL: everything else. LOW: the startup sweep and the events of the first list.
+# signal, a pod going, someone's edit of the MPIJob: runtime/signals.py). DISCOVERY: the rest of a pass cut
+# before its launcher nudges (`Plan.urgent_rest`). NORMAL: everything else. LOW: the startup sweep and the
+# events of the first list.
 SIGNAL, DISCOVERY, NORMAL, LOW = 3, 2, 1, 0
 
 
@@ -27,7 +31,8 @@ SIGNAL, DISCOVERY, NORMAL, LOW = 3, 2, 1, 0
 class _Entry:
     priority: int
     ready_at: float
-    # The entry's place in its heap; a heap item with another seq is stale (the entry moved since).
+    # Its item in `_ready` or `_waiting` carries this seq; an item with another one is stale (the key was
+    # pushed again since) and is skipped when it comes up.
     seq: int
 
 
@@ -44,6 +49,8 @@ class WorkQueue:
         self.base_delay = base_delay
         self.max_delay = max_delay
         self._clock = clock
+        # Every queued key's entry; a heap of the ready ones (highest priority, then oldest push, first) and
+        # one of the delayed ones (earliest first), both with stale items (see _Entry.seq); the ready keys.
         self._pending: dict[Hashable, _Entry] = {}
         self._ready: list[tuple[int, int, Hashable]] = []  # (-priority, seq, key)
         self._waiting: list[tuple[float, int, Hashable]] = []  # (ready_at, seq, key)
@@ -51,7 +58,6 @@ class WorkQueue:
         # Keys being processed -> the priority they were taken at; and what was added for them meanwhile.
         self._processing: dict[Hashable, int] = {}
         self._again: dict[Hashable, tuple[int, float]] = {}
-        self._below = 0  # processing passes taken below DISCOVERY
         self._seq = itertools.count()
         self._failures: dict[Hashable, int] = {}
         self._wakeup = asyncio.Event()
@@ -76,17 +82,17 @@ class WorkQueue:
         return bool(self._ready_keys or self._processing)
 
     def add(self, key: Hashable, priority: int = NORMAL, delay: float = 0.0) -> None:
+        """Queues `key` at `priority`, due in `delay` seconds; merged with what is queued for it already."""
         ready_at = self._clock() + max(0.0, delay)
-        if key in self._processing:
-            old = self._again.get(key)
-            self._again[key] = (priority, ready_at) if old is None else (max(old[0], priority), min(old[1], ready_at))
+        if key in self._processing:  # queued when its pass is done
+            old = self._again.get(key, (priority, ready_at))
+            self._again[key] = (max(old[0], priority), min(old[1], ready_at))
             return
         entry = self._pending.get(key)
         if entry is not None:
             priority, ready_at = max(priority, entry.priority), min(ready_at, entry.ready_at)
             if priority == entry.priority and (key in self._ready_keys or ready_at == entry.ready_at):
-                entry.ready_at = ready_at
-                return
+                return  # the merge changes nothing: the entry keeps its place
         self._push(key, priority, ready_at)
 
     def add_rate_limited(self, key: Hashable, priority: int = NORMAL) -> float:
@@ -104,20 +110,25 @@ class WorkQueue:
         """The next key and its priority, now being processed; None when nothing may be taken now."""
         self._promote()
         while self._ready:
-            negative, seq, key = self._ready[0]
-            entry = self._pending.get(key)
-            if entry is None or entry.seq != seq or key not in self._ready_keys:
+            _, seq, key = self._ready[0]
+            entry = self._current(key, seq)
+            if entry is None:
                 heapq.heappop(self._ready)
                 continue
-            if -negative < DISCOVERY and self.limit is not None and self._below >= self.limit:
-                return None  # the admission rule: everything left is below DISCOVERY too
+            if not self._admits(entry.priority):
+                return None  # and nothing behind it is: it is of this priority or lower
             heapq.heappop(self._ready)
             del self._pending[key]
             self._ready_keys.discard(key)
             self._processing[key] = entry.priority
-            self._below += entry.priority < DISCOVERY
             return key, entry.priority
         return None
+
+    def _admits(self, priority: int) -> bool:
+        """The admission rule: a pass below DISCOVERY starts only while fewer than `limit` such passes run."""
+        if priority >= DISCOVERY or self.limit is None:
+            return True
+        return sum(1 for p in self._processing.values() if p < DISCOVERY) < self.limit
 
     async def get(self) -> tuple[Hashable, int]:
         while (taken := self.get_nowait()) is None:
@@ -126,9 +137,8 @@ class WorkQueue:
         return taken
 
     def done(self, key: Hashable) -> None:
-        priority = self._processing.pop(key)
-        if priority < DISCOVERY:
-            self._below -= 1
+        """The key's pass is over: what was added for it meanwhile is queued now."""
+        if self._processing.pop(key) < DISCOVERY:
             self._wakeup.set()  # an admission slot is free
         again = self._again.pop(key, None)
         if again is not None:
@@ -153,6 +163,7 @@ class WorkQueue:
             self._timer = None
 
     def _push(self, key: Hashable, priority: int, ready_at: float) -> None:
+        """A new entry for `key` (any older item of it goes stale), ready or delayed by its time."""
         seq = next(self._seq)
         self._pending[key] = _Entry(priority, ready_at, seq)
         if ready_at <= self._clock():
@@ -164,18 +175,23 @@ class WorkQueue:
             heapq.heappush(self._waiting, (ready_at, seq, key))
             self._arm()
 
+    def _current(self, key: Hashable, seq: int) -> _Entry | None:
+        """The key's entry if a heap item with `seq` is its latest push; None for a stale item."""
+        entry = self._pending.get(key)
+        return entry if entry is not None and entry.seq == seq else None
+
     def _promote(self) -> None:
         """Delayed entries whose time has come join the ready ones (at the back of their priority)."""
         now = self._clock()
         while self._waiting and self._waiting[0][0] <= now:
             _, seq, key = heapq.heappop(self._waiting)
-            entry = self._pending.get(key)
-            if entry is not None and entry.seq == seq:
+            entry = self._current(key, seq)
+            if entry is not None:
                 self._push(key, entry.priority, entry.ready_at)
 
     def _arm(self) -> None:
         """One timer, for the earliest delayed entry: it wakes the reconcilers waiting in `get`."""
-        while self._waiting and (self._pending.get(self._waiting[0][2]) or _STALE).seq != self._waiting[0][1]:
+        while self._waiting and self._current(self._waiting[0][2], self._waiting[0][1]) is None:
             heapq.heappop(self._waiting)
         if not self._waiting:
             return
@@ -197,6 +213,3 @@ class WorkQueue:
         if self._ready_keys:
             self._wakeup.set()
         self._arm()
-
-
-_STALE = _Entry(0, 0.0, -1)
