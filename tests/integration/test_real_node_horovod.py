@@ -605,7 +605,7 @@ async def watch_probes(kube: Kube, job: str, seen: dict[str, Obj]) -> None:
 
 # Runs in `make test` since newcomers join discovery together (planner/joining.py): before that, when a round's
 # two newcomers were listed ~1 s apart, Horovod 0.28.1's State.on_reset() dropped the second host update and
-# the job stayed one short of its target (1 run in 4; docs/results.md, "Real nodes: regrow under Horovod").
+# the job stayed one short of its target (1 run in 4; docs/results.md, "Regrow under Horovod").
 async def test_after_a_spot_interruption_the_job_waits_with_timed_out_probes_and_grows_back_when_real_2_returns(
     real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
     rn_api: ApiClient,  # noqa: F811

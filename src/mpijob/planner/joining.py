@@ -4,8 +4,8 @@ change of the launcher's host list rather than one by one as each turns Ready.
 Why: Horovod 0.28.1's elastic driver notifies the ranks of each host change, and a rank that is still resetting
 for the previous change replaces its queue of host updates (`State.on_reset()`), dropping the second
 notification; nothing is sent again until the host set changes once more. Two newcomers Ready a second apart
-were listed in two changes and the job stayed at size 3 of 4 for minutes (docs/results.md, "Real nodes:
-regrow under Horovod"). So a newcomer that is Ready is held back while a peer created with it is bound to a
+were listed in two changes and the job stayed at size 3 of 4 for minutes (docs/results.md, "Regrow
+under Horovod"). So a newcomer that is Ready is held back while a peer created with it is bound to a
 node and still starting, for at most HOLD_SECONDS after it turned Ready: a slow or broken peer delays its
 round by that bound, never more, and a peer with no node (no capacity) holds nothing back.
 
