@@ -6,6 +6,9 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from importlib.metadata import version
+
+from mpijob.cli import reference_flags
 
 # Each module registers its sub-commands and sets `func` (args -> exit code) on its parsers.
 # The development testbed and the demo are a separate command (`mpijob-testbed`, package mpijob_testbed).
@@ -20,8 +23,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _operator_argv(argv: list[str]) -> tuple[list[str], list[str]] | int:
+    """`mpijob operator ...` with the reference's flags translated, and the notes to log; or an exit code.
+    Flags without a sub-command are the reference binary's command line (cli/reference_flags.py)."""
+    bare = bool(argv) and argv[0].startswith("-") and argv[0] not in ("-h", "--help")
+    if not bare and (not argv or argv[0] != "operator"):
+        return argv, []
+    try:
+        flags = reference_flags.translate(argv if bare else argv[1:])
+    except reference_flags.FlagError as err:
+        print(f"mpijob: {err}", file=sys.stderr)
+        return 2  # Go's flag package exits 2 on a bad flag
+    if flags.version:
+        print(f"mpijob {version('mpijob-operator')}")
+        return 0
+    defaults = reference_flags.reference_defaults(flags.given) if bare else []
+    return ["operator", *defaults, *flags.args], flags.notes
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    translated = _operator_argv(list(sys.argv[1:] if argv is None else argv))
+    if isinstance(translated, int):
+        return translated
+    args = build_parser().parse_args(translated[0])
+    args.startup_notes = translated[1]
     code: int = args.func(args)
     return code
 

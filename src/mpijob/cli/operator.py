@@ -67,9 +67,20 @@ def _runtime_flags(op: Any) -> None:
     )
 
 
+def _election_flags(op: Any) -> None:
+    op.add_argument("--leader-elect", action="store_true", help="hold a Lease before reconciling")
+    op.add_argument("--lock-namespace", default=os.environ.get("MPIJOB_LOCK_NAMESPACE", "mpijob-system"))
+    op.add_argument(
+        "--lease-name",
+        default="mpijob-operator",
+        help="the Lease of --leader-elect (the reference binary's command line uses the reference's, mpi-operator)",
+    )
+
+
 def register(subparsers: Any) -> None:
     op = subparsers.add_parser("operator", help="run the MPIJob controller in the foreground")
     op.add_argument("--kubeconfig", default=None, help="default: KUBECONFIG, ~/.kube/config, then in-cluster")
+    op.add_argument("--master", default=None, help="the API server's URL, over the kubeconfig's (as the reference's)")
     op.add_argument(
         "--namespace",
         action="append",
@@ -102,8 +113,7 @@ def register(subparsers: Any) -> None:
         help="elastic launchers read their host list from the projected file only: no per-job ServiceAccount, "
         "Role or RoleBinding (env MPIJOB_API_DISCOVERY=false)",
     )
-    op.add_argument("--leader-elect", action="store_true", help="hold a Lease before reconciling")
-    op.add_argument("--lock-namespace", default=os.environ.get("MPIJOB_LOCK_NAMESPACE", "mpijob-system"))
+    _election_flags(op)
     op.add_argument(
         "--gang-scheduling",
         default=os.environ.get("MPIJOB_GANG_SCHEDULING", ""),
@@ -148,6 +158,7 @@ def _operator(args: argparse.Namespace) -> int:
     return operator_main(
         OperatorOptions(
             kubeconfig=args.kubeconfig,
+            master=args.master,
             namespaces=list(dict.fromkeys(args.namespaces)),
             reconcilers=args.workers,  # the flag keeps its name; it counts reconciles, not pods
             qps=args.kube_api_qps,
@@ -167,6 +178,8 @@ def _operator(args: argparse.Namespace) -> int:
             ),
             leader_elect=args.leader_elect,
             lock_namespace=args.lock_namespace,
+            lease_name=args.lease_name,
+            startup_notes=list(getattr(args, "startup_notes", [])),
             health_port=args.health_port,
             metrics_port=args.metrics_port,
             metrics_address=args.metrics_bind_address,

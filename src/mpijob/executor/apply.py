@@ -46,6 +46,19 @@ _CREATE = "SuccessfulCreate"
 _JOB_CREATED = ("Normal", JOB_CREATED_REASON)
 
 
+def json_merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: what the API server makes of `target` under an application/merge-patch+json `patch`."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = json_merge_patch(out.get(key), value)
+    return out
+
+
 def _join(messages: list[str]) -> str:
     """One message for several Events of one reason, grouped by their text before the object's name:
     "Created Service j; Created Pod j-worker-0, j-worker-1"."""
@@ -162,6 +175,9 @@ class Executor:
         # Checked before every write (leader election sets it): a leader that lost its lease mid-batch stops
         # at the next write, not at the next job.
         self.fence: Callable[[], bool] | None = None
+        # Kinds written by read-then-update: the operator may `update` them but not `patch` them (the
+        # reference's ClusterRole; runtime/permissions.py).
+        self.update_kinds: frozenset[str] = frozenset()
 
     async def apply(self, job: dict[str, Any], actions: Sequence[Action]) -> Outcome:
         meta = job.get("metadata") or {}
@@ -354,7 +370,29 @@ class Executor:
             # Copies of the two levels we change; the action itself stays as planned.
             patch = {**patch, "metadata": {**(patch.get("metadata") or {}), "resourceVersion": rv}}
         path = object_path(action.api_version, action.kind, namespace, action.name, action.subresource)
+        if action.kind in self.update_kinds and action.subresource is None:
+            return await self._update(namespace, action, patch, write_class)
         return await self.client.merge_patch(path, patch, write_class=write_class)
+
+    async def _update(self, namespace: str, action: Patch, patch: Any, write_class: WriteClass) -> Any:
+        """The merge patch as a read (a list by name: the reference's ClusterRole has no `get` on these kinds)
+        and an update of what was read. The read object's resourceVersion guards the update; the patch's own
+        precondition, if any, must match it (409 as the patch would have answered)."""
+        collection = collection_path(action.api_version, action.kind, namespace)
+        name = action.name
+        listed = await self.client.request("GET", collection, query=[("fieldSelector", f"metadata.name={name}")])
+        items = (listed or {}).get("items") or []
+        if not items:
+            raise ApiError(404, "NotFound", f"{action.kind} {name} not found")
+        current = {"apiVersion": action.api_version, "kind": action.kind, **items[0]}
+        read_version = current["metadata"].get("resourceVersion")
+        wanted = (patch.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and wanted != read_version:
+            raise ApiError(409, "Conflict", f"{action.kind} {name}: resourceVersion {read_version}, not {wanted}")
+        body = json_merge_patch(current, patch)
+        body["metadata"]["resourceVersion"] = read_version
+        path = object_path(action.api_version, action.kind, namespace, name)
+        return await self.client.request("PUT", path, body, write_class=write_class)
 
     async def _delete(self, namespace: str, action: Delete, write_class: WriteClass) -> bool:
         options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}

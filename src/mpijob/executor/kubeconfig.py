@@ -55,10 +55,11 @@ def _no_env_lookups_per_request(api: k8s_client.ApiClient) -> None:
 
 
 async def load_api_client(
-    kubeconfig: str | os.PathLike[str] | None = None, context: str | None = None
+    kubeconfig: str | os.PathLike[str] | None = None, context: str | None = None, master: str | None = None
 ) -> k8s_client.ApiClient:
     """kubectl's resolution: the explicit file, else KUBECONFIG / ~/.kube/config, else in-cluster; `context`
-    picks a context other than the current one. The caller closes the client (`await api.close()`)."""
+    picks a context other than the current one; `master` replaces the server's URL (client-go's
+    BuildConfigFromFlags). The caller closes the client (`await api.close()`)."""
     explicit = str(kubeconfig) if kubeconfig is not None else None
     cfg = k8s_client.Configuration()
     if context is not None:
@@ -80,6 +81,8 @@ async def load_api_client(
         await k8s_config.load_kube_config(config_file=explicit, client_configuration=cfg)
     else:
         k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    if master:
+        cfg.host = master.rstrip("/")
     api = k8s_client.ApiClient(configuration=cfg)
     _no_env_lookups_per_request(api)
     return api

@@ -266,7 +266,7 @@ def ensure_pdb(ctx: PlanContext) -> None:
     name = constants.pdb_name(ctx.name)
     current = ctx.snapshot.pdb
     owned = ctx.owned_or_conflict(current, "PodDisruptionBudget", name)
-    if ep is None:
+    if ep is None or not ctx.snapshot.config.disruption_budgets:
         if owned and current is not None:
             ctx.draft.children.append(Delete("policy/v1", "PodDisruptionBudget", name, uid=uid_of(current)))
         return

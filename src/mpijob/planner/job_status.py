@@ -166,6 +166,21 @@ def conflict_condition(ctx: PlanContext) -> None:
         )
 
 
+def permissions_condition(ctx: PlanContext) -> None:
+    """An elastic job is told which of its features are off because the operator may not use them (an install
+    that kept the reference's ClusterRole), once, with an Event; and when they are on again."""
+    message = ctx.snapshot.config.permissions_message
+    status = ctx.draft.new_status
+    if ctx.spec.elastic_policy is not None and message:
+        if conditions.set_condition(
+            status, conditions.PERMISSIONS_MISSING, True, "PermissionsMissing", message, ctx.now
+        ):
+            ctx.draft.status_events.append(Emit("Warning", "PermissionsMissing", message))
+    elif conditions.is_true(status, conditions.PERMISSIONS_MISSING):
+        granted = "the operator may use every elastic feature" if message == "" else "the job is not elastic"
+        conditions.set_condition(status, conditions.PERMISSIONS_MISSING, False, "PermissionsGranted", granted, ctx.now)
+
+
 def detect_finish(ctx: PlanContext) -> None:
     launcher = ctx.snapshot.launcher
     if launcher is not None and is_owned_by(launcher, ctx.job):

@@ -142,6 +142,7 @@ def active(ctx: PlanContext, urgent_first: bool = False) -> bool:
         child_writes.ensure_launcher(ctx, decided, account)
     job_status.worker_status(ctx, decided)
     job_status.conflict_condition(ctx)
+    job_status.permissions_condition(ctx)
     return True
 
 

@@ -70,6 +70,14 @@ class OperatorConfig:
     # Elastic launchers read their host list from the API (per-job ServiceAccount, Role, RoleBinding);
     # off: from the projected files only, and no RBAC objects are made.
     api_discovery: bool = True
+    # What the operator may do (runtime/permissions.py, asked at start-up). Without nodes: no node signals
+    # (their informer is not started); without PDBs: elastic jobs get none; without the launcher's RBAC
+    # kinds: no discovery access is made or cleaned up (api_discovery is off too). `permissions_message`
+    # says what is off to each elastic job ("" when nothing is).
+    node_signals: bool = True
+    disruption_budgets: bool = True
+    discovery_access: bool = True
+    permissions_message: str = ""
     # Gang scheduler (the --gang-scheduling flag): "" off, "volcano", or the schedulerName of a
     # scheduler-plugins scheduler running coscheduling. See planner/podgroups.py.
     gang_scheduler: str = ""

@@ -26,6 +26,8 @@ BELOW_MIN_REPLICAS = "BelowMinReplicas"
 INVALID_SPEC = "InvalidSpec"
 # Ours: the runtime's spin guard holds the job back (its plans repeated the same writes without effect).
 RECONCILE_STALLED = "ReconcileStalled"
+# Ours: the operator may not use some of an elastic job's features (runtime/permissions.py says which).
+PERMISSIONS_MISSING = "PermissionsMissing"
 
 __all__ = [
     "StatusRead",

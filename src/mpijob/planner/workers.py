@@ -99,7 +99,7 @@ def index_of(job_name: str, pod: Obj) -> int:
 def node_signal(snapshot: Snapshot, node: str | None) -> str | None:
     """Why a node is going away, or None. A node missing from the cache counts as deleted only once a live
     read confirmed it (see `absences_to_confirm`)."""
-    if node is None:
+    if node is None or not snapshot.config.node_signals:
         return None
     obj = snapshot.nodes.get(node)
     if obj is None:
@@ -190,7 +190,7 @@ def absences_to_confirm(snapshot: Snapshot, spec: MPIJobSpec) -> list[tuple[str,
     if not spec.run_policy.suspend:
         for pod in workers:
             node = pod_node(pod)
-            if node is None or is_terminating(pod) or node in snapshot.nodes:
+            if node is None or is_terminating(pod) or node in snapshot.nodes or not snapshot.config.node_signals:
                 continue
             if ("Node", node) not in snapshot.absence_checks and ("Node", node) not in needed:
                 needed.append(("Node", node))

@@ -183,7 +183,7 @@ class Controller:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         # PodGroups are watched only with gang scheduling on: without it their CRD need not exist.
-        self.kinds = watched(config.gang_scheduler)
+        self.kinds = watched(config)
         self.by_kind = {w.kind: w for w in self.kinds}
         self.cache = Cache(tuple(w.index for w in self.kinds if w.index not in Cache.INDEXES))
         self.cache.ready = False  # until every informer has listed (the warm gate)

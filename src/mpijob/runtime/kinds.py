@@ -12,6 +12,7 @@ from mpijob.api import constants as c
 from mpijob.api.models import GROUP, KIND, PLURAL, VERSION
 from mpijob.api.objects import Obj, controller_ref
 from mpijob.planner import podgroups
+from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import slim
 
 Key = tuple[str, str]
@@ -118,13 +119,21 @@ KINDS: tuple[Watched, ...] = (
 )
 
 
-def watched(gang_scheduler: str = "") -> tuple[Watched, ...]:
-    """Every kind the operator caches; PodGroups only with gang scheduling on (their CRD need not exist)."""
-    if not gang_scheduler:
-        return KINDS
-    version = podgroups.api_version(gang_scheduler)
+def watched(config: OperatorConfig | None = None) -> tuple[Watched, ...]:
+    """Every kind the operator caches; PodGroups only with gang scheduling on (their CRD need not exist); not
+    the kinds of a feature the operator may not use (runtime/permissions.py): their list would be refused."""
+    config = config or OperatorConfig()
+    skip = {
+        "Node": not config.node_signals,
+        "PodDisruptionBudget": not config.disruption_budgets,
+        **dict.fromkeys(("ServiceAccount", "Role", "RoleBinding"), not config.discovery_access),
+    }
+    kinds = tuple(w for w in KINDS if not skip.get(w.kind))
+    if not config.gang_scheduler:
+        return kinds
+    version = podgroups.api_version(config.gang_scheduler)
     pod_groups = Watched("PodGroup", "podgroups", *_group(version, "podgroups"), _owned("PodGroup"), named_like_job)
-    return (*KINDS, pod_groups)
+    return (*kinds, pod_groups)
 
 
 BY_KIND = {w.kind: w for w in KINDS}

@@ -11,7 +11,7 @@ import socket
 import sys
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
@@ -23,7 +23,7 @@ from mpijob.executor.events import EventPoster
 from mpijob.executor.kubeconfig import load_api_client
 from mpijob.planner import podgroups
 from mpijob.planner.snapshot import OperatorConfig
-from mpijob.runtime import heap, informer
+from mpijob.runtime import heap, informer, permissions
 from mpijob.runtime.controller import Controller
 from mpijob.runtime.metrics import InstrumentedController, InstrumentedExecutor, Metrics
 
@@ -36,6 +36,7 @@ log = logging.getLogger("mpijob.operator")
 @dataclass
 class OperatorOptions:
     kubeconfig: str | None = None
+    master: str | None = None  # the API server's URL over the kubeconfig's (the reference's --master)
     namespaces: list[str] = field(default_factory=list)  # empty: all namespaces
     # Concurrent reconciles (the CLI's --workers): they mostly wait on the API server (docs/results.md).
     reconcilers: int = 16
@@ -50,6 +51,9 @@ class OperatorOptions:
     planner: OperatorConfig = field(default_factory=OperatorConfig)
     leader_elect: bool = False
     lock_namespace: str = "mpijob-system"
+    lease_name: str = "mpijob-operator"
+    # Said once logging is set up: flags accepted with no effect here (cli/reference_flags.py).
+    startup_notes: list[str] = field(default_factory=list)
     health_port: int = 0
     metrics_port: int = 0  # 0: /metrics not served (metrics are still kept, for tests and benchmarks)
     metrics_address: str = "0.0.0.0"
@@ -91,11 +95,10 @@ async def run(
     stop: asyncio.Event | None = None,
     started: Callable[[Controller], None] | None = None,
 ) -> Controller:
-    api = await load_api_client(options.kubeconfig)
+    api = await load_api_client(options.kubeconfig, master=options.master)
     client = Client(api, options.qps, options.burst, urgent_qps=options.urgent_qps, urgent_burst=options.urgent_burst)
-    config = options.planner
-    if config.gang_scheduler:
-        await _check_pod_group_crd(client, config.gang_scheduler)
+    grants = await _grants(client, options)
+    config = _within(options.planner, grants)
     metrics = Metrics()
     client.on_response = metrics.api_response
     events = EventPoster(client)
@@ -109,6 +112,7 @@ async def run(
         metrics=metrics,
     )
     executor.cache = controller.cache
+    executor.update_kinds = grants.update_instead_of_patch()
     metrics.attach(controller)
     metrics.attach_events(events)
     try:
@@ -164,6 +168,26 @@ async def run(
         await events.drain(EVENT_DRAIN_SECONDS)
         await api.close()
     return controller
+
+
+async def _grants(client: Client, options: OperatorOptions) -> permissions.Grants:
+    """What the operator may do; with gang scheduling on, its PodGroup kind must be served first."""
+    if options.planner.gang_scheduler:
+        await _check_pod_group_crd(client, options.planner.gang_scheduler)
+    return await permissions.check(client, options.namespaces, options.planner.gang_scheduler)
+
+
+def _within(config: OperatorConfig, grants: permissions.Grants) -> OperatorConfig:
+    """The planner's settings with the features the operator may not use turned off."""
+    off = grants.off()
+    return replace(
+        config,
+        node_signals=config.node_signals and permissions.NODE_SIGNALS not in off,
+        disruption_budgets=config.disruption_budgets and permissions.DISRUPTION_BUDGETS not in off,
+        discovery_access=config.discovery_access and permissions.API_DISCOVERY not in off,
+        api_discovery=config.api_discovery and permissions.API_DISCOVERY not in off,
+        permissions_message=grants.elastic_message(),
+    )
 
 
 def _informers(options: OperatorOptions, client: Client, controller: Controller) -> list[informer.Informer]:
@@ -285,7 +309,7 @@ async def _lead(api: k8s_client.ApiClient, options: OperatorOptions, controller:
     from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 
     identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-    lock = sturdy_lease_lock("mpijob-operator", options.lock_namespace, identity, api)
+    lock = sturdy_lease_lock(options.lease_name, options.lock_namespace, identity, api)
 
     async def started() -> None:
         log.info("leading as %s", identity)
@@ -319,6 +343,8 @@ def _log_memory_sites() -> None:
 
 def main(options: OperatorOptions) -> int:
     configure_logging(options.log_format, options.log_level)
+    for note in options.startup_notes:
+        log.info("%s", note)
     stop = asyncio.Event()
 
     async def runner() -> None:
