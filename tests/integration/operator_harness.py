@@ -21,10 +21,13 @@ class OperatorProcess:
         *,
         metrics: bool = False,
         env: dict[str, str] | None = None,
+        command: tuple[str, ...] = ("operator",),
     ) -> None:
         self.kubeconfig = kubeconfig
         self.log_dir = log_dir
         self.extra_args = extra_args
+        # ("operator",): `mpijob operator`; (): flags alone, the reference binary's command line.
+        self.command = command
         # Added to the process's environment (an upgrade test runs an older checkout's code via PYTHONPATH).
         self.env = env or {}
         # /metrics on a port free now; the same port across restarts, so a scrape URL stays valid.
@@ -47,7 +50,7 @@ class OperatorProcess:
                 sys.executable,
                 "-m",
                 "mpijob",
-                "operator",
+                *self.command,
                 "--kubeconfig",
                 str(self.kubeconfig),
                 "--log-level",
