@@ -15,14 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
 import re
 import subprocess
+import time
+import tomllib
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import reference_examples
+import reference_install
 from cannot_run import cannot_run
 from kube import API_VERSION, Kube, eventually, has_condition, job_has, mpijob, operator_caught_up
 from operator_harness import OperatorProcess
@@ -617,3 +622,131 @@ async def _ranks_started(tb: cluster.Testbed, kube: Kube, job: str) -> bool:
         if await asyncio.wait_for(proc.wait(), timeout=30) != 0:
             return False
     return True
+
+
+# -- The operator as the pod of the reference's own install, its image swapped (issue 40) -------------------
+
+OPERATOR_IMAGE = "mpijob.local/mpijob-operator:testbed"
+IMAGE_DIR = Path(os.environ.get("MPIJOB_IMAGE_DIR", repo_root() / ".cache" / "image"))
+
+
+@pytest.fixture(scope="module")
+def operator_image(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> str:  # noqa: F811
+    """`make image`'s archive, loaded onto the real nodes under a name the kubelet never pulls."""
+    version = tomllib.loads((repo_root() / "pyproject.toml").read_text())["project"]["version"]
+    archive = IMAGE_DIR / f"mpijob-operator-{version}.oci.tar"
+    if not archive.exists():
+        cannot_run(f"no operator image at {archive}: `make image` builds it (deploy/image/build-offline.sh)")
+    record(operator_image_import_s=load(archive, name=OPERATOR_IMAGE, state_dir=real_testbed[0].state_dir))
+    return OPERATOR_IMAGE
+
+
+@pytest.fixture
+def operator_as_reference_pod(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    operator_image: str,
+    unchanged_pods_land_on_real_nodes: None,
+) -> Iterator[str]:
+    """The reference's install file applied as a user applies it, its image swapped, then our CRD (the
+    migration guide's order); the host operator stopped meanwhile. Yields the install's text."""
+    tb = real_testbed[0]
+    install = reference_install.swapped_install(operator_image)
+    rn_operator.stop()
+    try:
+        kubectl(tb, "apply", "--server-side", "--force-conflicts", "-f", "-", input_text=install)
+        kubectl(tb, "apply", "--server-side", "--force-conflicts", "-f", str(repo_root() / CRD_FILE))
+        _rolled_out(tb)
+        yield install
+    finally:
+        ns = reference_install.NAMESPACE
+        kubectl(tb, "delete", "namespace", ns, "--wait=true", "--ignore-not-found", timeout=120)
+        kubectl(tb, "delete", "clusterrolebinding,clusterrole", "mpi-operator", "--ignore-not-found")
+        asyncio.run(install_crd(str(tb.kubeconfig)))
+        rn_operator.start()
+
+
+CRD_FILE = "deploy/crd/kubeflow.org_mpijobs.yaml"
+
+
+def _rolled_out(tb: cluster.Testbed) -> None:
+    ns, name = reference_install.NAMESPACE, reference_install.DEPLOYMENT
+    kubectl(tb, "-n", ns, "rollout", "status", f"deployment/{name}", "--timeout=180s", timeout=200)
+
+
+def _operator_pods(tb: cluster.Testbed) -> list[Obj]:
+    out = kubectl(tb, "-n", reference_install.NAMESPACE, "get", "pods", "-l", "app=mpi-operator", "-o", "json")
+    pods: list[Obj] = json.loads(out)["items"]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def _leader(tb: cluster.Testbed) -> str:
+    """The pod holding the reference's Lease (identity `<hostname>_<suffix>`, the hostname is the pod's name)."""
+    ns, lease = reference_install.NAMESPACE, reference_install.LEASE
+    holder = kubectl(tb, "-n", ns, "get", "lease", lease, "-o", "jsonpath={.spec.holderIdentity}")
+    return holder.rsplit("_", 1)[0]
+
+
+async def test_the_references_install_with_only_its_image_swapped_runs_the_operator_as_a_pod_that_runs_pi(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    mpi_images: dict[str, str],
+    operator_as_reference_pod: str,
+) -> None:
+    """mpijob's image in the reference's Deployment (args `-alsologtostderr --lock-namespace=mpi-operator`,
+    the reference's ClusterRole, no probes): one pod on a real node, in-cluster config, leading on the
+    reference's Lease; the reference's pi example Succeeds with its ranks on both workers; the pod's log says
+    which flag had no effect and which features the ClusterRole leaves off."""
+    tb, kube = real_testbed[0], rn_kube
+    [pod] = _operator_pods(tb)
+    assert pod["spec"]["nodeName"] in realnode.node_names(REAL_NODES), pod["spec"].get("nodeName")
+    assert pod["spec"]["containers"][0]["args"] == ["-alsologtostderr", "--lock-namespace=mpi-operator"]
+
+    async def leading() -> bool:
+        return _leader(tb) == pod["metadata"]["name"]
+
+    await eventually(leading, within=60, what="the pod leading")
+    body = reference_examples.as_run_here("pi/pi.yaml", mpi_images["openmpi4"])
+    await kube.create(body)
+    await assert_pi_ran_across_workers(tb, kube, body["metadata"]["name"], 2)
+    log = kubectl(tb, "-n", reference_install.NAMESPACE, "logs", pod["metadata"]["name"])
+    assert "flag -alsologtostderr=true has no effect" in log, log[-3000:]
+    assert "node termination signals (taints, cordons, deleted nodes) is off" in log, log[-3000:]
+
+
+async def test_two_operator_pods_fail_over_when_the_leader_is_deleted_and_the_running_job_is_not_disturbed(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    mpi_images: dict[str, str],
+    operator_as_reference_pod: str,
+) -> None:
+    """Two replicas of the swapped Deployment: one leads, one waits on the Lease. The leader pod is deleted
+    while a pi job's ranks run: the other pod takes the Lease (the gap is recorded), no pod of the job is
+    replaced, and the job Succeeds under the new leader."""
+    tb, kube = real_testbed[0], rn_kube
+    ns = reference_install.NAMESPACE
+    kubectl(tb, "-n", ns, "scale", f"deployment/{reference_install.DEPLOYMENT}", "--replicas=2")
+    _rolled_out(tb)
+    job = "pi-failover"
+    slow = "mpirun --allow-run-as-root -n 2 sh -c 'sleep 25; exec /home/mpiuser/pi'"
+    await kube.create(pi_job(job, mpi_images["openmpi4"], slow))
+    await eventually(lambda: _ranks_started(tb, kube, job), within=180, interval=1, what="mpirun's ranks sleeping")
+    pods = {
+        p["metadata"]["name"]: p["metadata"]["uid"] for p in await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}")
+    }
+    leader = _leader(tb)
+    assert leader in {p["metadata"]["name"] for p in _operator_pods(tb)}, leader
+    started = time.monotonic()
+    kubectl(tb, "-n", ns, "delete", "pod", leader, "--wait=false")
+
+    async def taken_over() -> bool:
+        holder = _leader(tb)
+        return bool(holder) and holder != leader
+
+    await eventually(taken_over, within=90, interval=0.5, what="the other pod taking the Lease")
+    record(operator_pod_failover_s=round(time.monotonic() - started, 1))
+    await assert_pi_ran_across_workers(tb, kube, job, 2)
+    after = {
+        p["metadata"]["name"]: p["metadata"]["uid"] for p in await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}")
+    }
+    assert after == pods, (pods, after)
