@@ -19,6 +19,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 import tomllib
 from collections.abc import Awaitable, Callable, Iterator
@@ -750,3 +751,117 @@ async def test_two_operator_pods_fail_over_when_the_leader_is_deleted_and_the_ru
         p["metadata"]["name"]: p["metadata"]["uid"] for p in await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}")
     }
     assert after == pods, (pods, after)
+
+
+# The source of the image a `helm upgrade` starts from: this project before issue 40 (a real older operator).
+PREVIOUS_SOURCE = "c00bfe5"
+HELM = Path(os.environ.get("MPIJOB_HELM_BIN", repo_root() / ".cache" / "helm" / "bin")) / "helm"
+
+
+@pytest.fixture(scope="module")
+def previous_operator_image(real_testbed: tuple[cluster.Testbed, dict[str, Any]], operator_image: str) -> str:  # noqa: F811
+    """The operator image built from PREVIOUS_SOURCE by that source's own build script (cached by its stamp
+    in .cache/image-previous; the Debian root filesystem is the current build's), loaded onto the nodes."""
+    root = repo_root()
+    out = root / ".cache" / "image-previous"
+    tree = out / "source"
+    if not (tree / "pyproject.toml").exists():
+        subprocess.run(["rm", "-rf", str(tree)], check=True)
+        out.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(root), "archive", PREVIOUS_SOURCE], capture_output=True, check=False)
+        if archive.returncode != 0:
+            cannot_run(f"git archive {PREVIOUS_SOURCE}: {archive.stderr.decode()[-500:]}")
+        tree.mkdir()
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    if not (out / "rootfs.tar").exists():
+        subprocess.run(["cp", "--reflink=auto", str(IMAGE_DIR / "rootfs.tar"), str(out / "rootfs.tar")], check=True)
+    env = {**os.environ, "MPIJOB_IMAGE_DIR": str(out), "PYTHON": sys.executable}
+    build = subprocess.run(
+        ["bash", str(tree / "deploy/image/build-offline.sh")], env=env, capture_output=True, text=True
+    )
+    if build.returncode != 0:
+        cannot_run(f"the previous operator image does not build: {build.stdout[-1000:]}{build.stderr[-1000:]}")
+    name = "mpijob.local/mpijob-operator:previous"
+    [archive_path] = out.glob("mpijob-operator-*.oci.tar")
+    load(archive_path, name=name, state_dir=real_testbed[0].state_dir)
+    return name
+
+
+def helm(*args: str, timeout: float = 240, check: bool = True) -> str:
+    if not HELM.exists():
+        cannot_run(f"{HELM} missing: `bash testbed/helm/build.sh` (make test builds it)")
+    out = subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=timeout, check=False)
+    assert out.returncode == 0 or not check, f"helm {' '.join(args)}: {out.stderr}"
+    return out.stdout
+
+
+async def test_a_helm_upgrade_to_another_image_disturbs_no_running_job_and_the_new_pod_serves_a_scale_in(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    mpi_images: dict[str, str],
+    operator_image: str,
+    previous_operator_image: str,
+    unchanged_pods_land_on_real_nodes: None,
+) -> None:
+    """The chart installed as a user installs it, with the previous operator's image; an elastic job runs on
+    the real nodes; `helm upgrade` to the current image: the new pod takes the Lease, no pod of the job is
+    replaced, and it removes exactly the worker a user names."""
+    tb, kube = real_testbed[0], rn_kube
+    ns, release = "mpijob-system", "mpijob"
+    kubeconfig = f"--kubeconfig={tb.kubeconfig}"
+    repository, previous_tag = previous_operator_image.rsplit(":", 1)
+    chart = str(repo_root() / "deploy" / "helm" / "mpijob-operator")
+    rn_operator.stop()
+    try:
+        helm("install", release, chart, kubeconfig, "-n", ns, "--create-namespace",
+             f"--set=image.repository={repository}", f"--set=image.tag={previous_tag}")  # fmt: skip
+        kubectl(tb, "-n", ns, "rollout", "status", "deployment/mpijob-operator", "--timeout=180s", timeout=200)
+        job = "upgraded"
+        body = pi_job(job, mpi_images["openmpi4"], "sleep 600", workers=3)
+        body["spec"]["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": 3, "scaleInGracePeriodSeconds": 1}
+        await kube.create(body)
+        await eventually(lambda: _all_running(kube, job, 3), within=180, interval=1, what="3 workers Running")
+        before = {
+            p["metadata"]["name"]: p["metadata"]["uid"]
+            for p in await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}")
+        }
+        helm("upgrade", release, chart, kubeconfig, "-n", ns, "--reuse-values",
+             f"--set=image.tag={operator_image.rsplit(':', 1)[1]}")  # fmt: skip
+        kubectl(tb, "-n", ns, "rollout", "status", "deployment/mpijob-operator", "--timeout=180s", timeout=200)
+        [pod] = [p for p in json.loads(kubectl(tb, "-n", ns, "get", "pods", "-o", "json"))["items"]
+                 if not p["metadata"].get("deletionTimestamp")]  # fmt: skip
+        assert pod["spec"]["containers"][0]["image"] == operator_image
+
+        async def new_pod_leads() -> bool:
+            holder = kubectl(tb, "-n", ns, "get", "lease", "mpijob-operator", "-o", "jsonpath={.spec.holderIdentity}")
+            return holder.startswith(pod["metadata"]["name"] + "_")
+
+        await eventually(new_pod_leads, within=90, interval=1, what="the upgraded pod leading")
+        await asyncio.sleep(5)  # the new leader's first passes over the job
+        after = {
+            p["metadata"]["name"]: p["metadata"]["uid"]
+            for p in await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}")
+        }
+        assert after == before, (before, after)
+        victim = c.worker_name(job, 1)
+        await kube.patch_job(
+            job,
+            {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 2}}, "elasticPolicy": {"workersToDelete": [victim]}}},
+        )
+
+        async def only_victim_gone() -> bool:
+            now = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await kube.workers(job)
+                   if not p["metadata"].get("deletionTimestamp")}  # fmt: skip
+            return now == {n: u for n, u in before.items() if n.startswith(f"{job}-worker-") and n != victim}
+
+        await eventually(only_victim_gone, within=90, interval=1, what=f"{victim} alone removed by the new pod")
+    finally:
+        helm("uninstall", release, kubeconfig, "-n", ns, "--wait", timeout=120, check=False)
+        kubectl(tb, "delete", "namespace", ns, "--ignore-not-found", "--wait=true", timeout=120)
+        rn_operator.start()
+
+
+async def _all_running(kube: Kube, job: str, workers: int) -> bool:
+    pods = [p for p in await kube.workers(job) if p["status"].get("phase") == "Running"]
+    return len(pods) == workers

@@ -7,9 +7,11 @@ operator holds the reference's Lease and never stops for a refusal."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from kube import Kube, eventually, has_condition, live, mpijob
 from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess, _free_port
 from rbac import REPO, server_side_apply, service_account_token, token_kubeconfig
+from reference_operator import REFERENCE, reference_built
 from test_core import wait_condition, wait_running
 
 from mpijob.api import constants as c
@@ -125,3 +128,49 @@ async def _elastic_job_runs_and_says_what_is_off(kube: Kube) -> None:
     await eventually(warned, within=30, what="the PermissionsMissing Event")
     assert await kube.get("policy/v1", "PodDisruptionBudget", c.pdb_name(job)) is None
     assert not has_condition(await kube.job(job), "Failed")
+
+
+async def test_the_swapped_image_waits_for_the_references_lease_and_takes_it_when_the_reference_is_gone(
+    kube: Kube, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """A rolling update from the reference's pod to ours: both elect on the Lease `mpi-operator` in
+    --lock-namespace, so ours does not reconcile while the reference holds it, and leads once the reference
+    is gone (its Lease expires: v0.8.2 does not release it)."""
+    reference_built()
+    lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{kube.ns}/leases/mpi-operator"
+    reference = subprocess.Popen(  # noqa: ASYNC220 (only forks)
+        [str(REFERENCE / "mpi-operator"), f"--kubeConfig={kubeconfig}", f"--namespace={kube.ns}",
+         f"--lock-namespace={kube.ns}"],
+        stdout=(tmp_path / "reference.log").open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    ours = OperatorProcess(
+        kubeconfig,
+        tmp_path,
+        ("-alsologtostderr", f"--lock-namespace={kube.ns}", f"-namespace={kube.ns}", f"--health-port={_free_port()}"),
+        command=(),
+    )
+    try:
+
+        async def reference_leads() -> str:
+            return str((await kube.client.get(lease_path))["spec"].get("holderIdentity") or "")
+
+        held = await eventually(reference_leads, within=60, what="the reference holding its Lease")
+        ours.start()
+        await asyncio.sleep(8)  # several of our retry periods (3 s)
+        assert (await kube.client.get(lease_path))["spec"]["holderIdentity"] == held
+        assert "leading as" not in ours.log_tail(20000)
+        reference.terminate()
+        reference.wait(timeout=20)
+        gone = time.monotonic()
+
+        async def ours_leads() -> bool:
+            return "leading as" in ours.log_tail(20000)
+
+        await eventually(ours_leads, within=60, interval=0.5, what="ours leading once the reference is gone")
+        print(f"lease taken over {time.monotonic() - gone:.1f} s after the reference stopped")
+        assert (await kube.client.get(lease_path))["spec"]["holderIdentity"] != held
+    finally:
+        if reference.poll() is None:
+            reference.kill()
+            reference.wait(timeout=10)
+        ours.stop()
