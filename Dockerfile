@@ -30,6 +30,8 @@ LABEL org.opencontainers.image.title="mpijob-operator" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="0.1.0"
 COPY --from=build /opt/mpijob /opt/mpijob
+# The reference image's entrypoint path, for Deployments that name it in `command:` (docs/migration.md).
+COPY --from=build /opt/mpijob/bin/mpi-operator /opt/mpi-operator
 ENV PATH=/opt/mpijob/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 USER 65532:65532
 EXPOSE 8080 9090

@@ -50,6 +50,14 @@ cat > "$stage/usr/local/bin/mpijob" <<'LAUNCHER'
 exec python3 -m mpijob "$@"
 LAUNCHER
 chmod 0755 "$stage/usr/local/bin/mpijob"
+# The reference image's entrypoint path, for Deployments that name it in `command:` (docs/migration.md).
+cat > "$stage/opt/mpi-operator" <<'LAUNCHER'
+#!/usr/bin/python3
+import sys
+from mpijob.cli.main import reference_main
+sys.exit(reference_main())
+LAUNCHER
+chmod 0755 "$stage/opt/mpi-operator"
 echo "operator:x:65532:65532:mpijob operator:/nonexistent:/usr/sbin/nologin" >> "$stage/etc/passwd"
 echo "operator:x:65532:" >> "$stage/etc/group"
 

@@ -85,6 +85,16 @@ def test_the_image_carries_the_operator_and_not_the_development_testbed(tmp_path
     assert shipped == [], shipped
 
 
+def test_the_reference_images_entrypoint_path_reads_the_reference_command_line(tmp_path: Path) -> None:
+    """A Deployment that names the reference image's entrypoint (`command: [/opt/mpi-operator]`) runs too."""
+    rootfs = _unpack(tmp_path / "bundle") / "rootfs"
+    env = {"PYTHONPATH": "/opt/mpijob/lib", "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    out = subprocess.run(
+        ["chroot", str(rootfs), "/opt/mpi-operator", "-version"], env=env, capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0 and out.stdout.startswith("mpijob "), (out.stdout, out.stderr)
+
+
 async def test_the_image_runs_non_root_on_a_read_only_root_and_reconciles_a_job(
     kube: Kube, operator_kubeconfig: Path, running_operator: OperatorProcess, tmp_path: Path
 ) -> None:

@@ -118,3 +118,10 @@ def test_version_prints_and_exits(capsys: pytest.CaptureFixture[str]) -> None:
 def test_our_own_long_flags_take_one_dash_too() -> None:
     args, _ = parsed(["operator", "-leader-elect", "-health-port=9000"])
     assert args.leader_elect and args.health_port == 9000  # type: ignore[attr-defined]
+
+
+def test_the_reference_binary_name_reads_even_no_arguments_as_the_references_command_line() -> None:
+    out = _operator_argv([], reference=True)
+    assert not isinstance(out, int)
+    args = build_parser().parse_args(out[0])
+    assert args.leader_elect and args.lease_name == "mpi-operator" and args.health_port == 8080  # type: ignore[attr-defined]

@@ -23,10 +23,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _operator_argv(argv: list[str]) -> tuple[list[str], list[str]] | int:
+def _operator_argv(argv: list[str], *, reference: bool = False) -> tuple[list[str], list[str]] | int:
     """`mpijob operator ...` with the reference's flags translated, and the notes to log; or an exit code.
-    Flags without a sub-command are the reference binary's command line (cli/reference_flags.py)."""
-    bare = bool(argv) and argv[0].startswith("-") and argv[0] not in ("-h", "--help")
+    Flags without a sub-command, or any arguments with `reference`, are the reference binary's command line
+    (cli/reference_flags.py)."""
+    bare = reference or (bool(argv) and argv[0].startswith("-") and argv[0] not in ("-h", "--help"))
     if not bare and (not argv or argv[0] != "operator"):
         return argv, []
     try:
@@ -41,14 +42,20 @@ def _operator_argv(argv: list[str]) -> tuple[list[str], list[str]] | int:
     return ["operator", *defaults, *flags.args], flags.notes
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    translated = _operator_argv(list(sys.argv[1:] if argv is None else argv))
+def main(argv: Sequence[str] | None = None, *, reference: bool = False) -> int:
+    translated = _operator_argv(list(sys.argv[1:] if argv is None else argv), reference=reference)
     if isinstance(translated, int):
         return translated
     args = build_parser().parse_args(translated[0])
     args.startup_notes = translated[1]
     code: int = args.func(args)
     return code
+
+
+def reference_main(argv: Sequence[str] | None = None) -> int:
+    """`mpi-operator`, the reference binary's name (`/opt/mpi-operator` in the image): its command line, even
+    empty (the reference then runs with its defaults)."""
+    return main(argv, reference=True)
 
 
 if __name__ == "__main__":
