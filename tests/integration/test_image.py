@@ -90,7 +90,16 @@ def test_the_reference_images_entrypoint_path_reads_the_reference_command_line(t
     rootfs = _unpack(tmp_path / "bundle") / "rootfs"
     env = {"PYTHONPATH": "/opt/mpijob/lib", "PATH": "/usr/local/bin:/usr/bin:/bin"}
     out = subprocess.run(
-        ["chroot", str(rootfs), "/opt/mpi-operator", "-version"], env=env, capture_output=True, text=True, check=False
+        [
+            shutil.which("chroot", path="/usr/sbin:/usr/bin:/sbin:/bin") or "chroot",
+            str(rootfs),
+            "/opt/mpi-operator",
+            "-version",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert out.returncode == 0 and out.stdout.startswith("mpijob "), (out.stdout, out.stderr)
 
