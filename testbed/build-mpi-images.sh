@@ -5,8 +5,8 @@
 #   mpich     Debian 13 trixie, MPICH 4.2 (mpich), as the reference's MPICH image (bookworm's 4.0.2 hung in
 #             MPI_Finalize in 2 of 8 runs; docs/results.md)
 #   intelmpi  Debian 13 trixie, Intel MPI 2021.13 from PyPI's impi-rt wheel (impi-devel to compile pi), in
-#             /opt/intel/mpi with the libfabric it bundles; the reference's Intel image has intel-oneapi-mpi 2021.13
-#             from Intel's apt repository. Details: testbed/mpi/intel/install.sh.
+#             /opt/intel/mpi with the libfabric it bundles; the reference's Intel image has
+#             intel-oneapi-mpi-2021.13 from Intel's apt repository. Details: testbed/mpi/intel/install.sh.
 # Each has /home/mpiuser/pi (testbed/mpi/pi.c, compiled in the image against its MPI), openssh-server/client
 # on port 2222 for root's sshd (the default command, `/usr/sbin/sshd -De`) and for mpiuser's
 # (`/usr/sbin/sshd -De -f /home/mpiuser/.sshd_config`), user mpiuser (uid/gid 1000), procps, and
@@ -16,9 +16,9 @@
 # Details: testbed/mpi/customize-rootfs.sh.
 # Usage: build-mpi-images.sh <out-dir> [openmpi4] [openmpi5] [mpich] [intelmpi] (default: all four).
 # <out-dir>/<name>.tar links to ${XDG_CACHE_HOME:-~/.cache}/mpijob/images/<name>-<hash>.tar; the hash covers
-# this script, lib.sh, everything under testbed/mpi/, the package lists and the release (the wheels' pins are in this script), so
-# editing any of them rebuilds. The wheels are cached in ${XDG_CACHE_HOME:-~/.cache}/mpijob/wheels/ and their
-# sha256 checked on every build.
+# this script (with the wheels' pins), lib.sh, everything under testbed/mpi/, the package lists and the
+# release, so editing any of them rebuilds. The wheels are cached in ${XDG_CACHE_HOME:-~/.cache}/mpijob/wheels/
+# and their sha256 checked on every build.
 # Needs root (mmdebstrap, chroot, umoci), the Debian mirror and (intelmpi) PyPI; ~2-4 min per image on 2 cores.
 set -euo pipefail
 here="$(dirname "${BASH_SOURCE[0]}")"

@@ -12,7 +12,10 @@ export PATH
 # libmpi and the libfabric the wheel bundles (libmpi dlopens libfabric.so.1); hydra hands this environment
 # on to every rank, also on other hosts.
 for _impi_dir in "$I_MPI_ROOT/lib/libfabric" "$I_MPI_ROOT/lib"; do
-  case ":${LD_LIBRARY_PATH:-}:" in *":$_impi_dir:"*) ;; *) LD_LIBRARY_PATH="$_impi_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;; esac
+  case ":${LD_LIBRARY_PATH:-}:" in
+    *":$_impi_dir:"*) ;;
+    *) LD_LIBRARY_PATH="$_impi_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;;
+  esac
 done
 unset _impi_dir
 export LD_LIBRARY_PATH
