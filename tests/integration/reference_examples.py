@@ -15,7 +15,7 @@ VERSION = "v0.8.2"
 UPSTREAM_DIR = "examples/v2beta1"
 HERE = Path(__file__).parent / "data" / "reference-examples" / "v2beta1"
 # The examples this testbed can run (see data/reference-examples/README.md for the others).
-RUNNABLE = ("pi/pi.yaml", "pi/pi-mpich.yaml")
+RUNNABLE = ("pi/pi.yaml", "pi/pi-mpich.yaml", "pi/pi-intel.yaml")
 
 
 def load(path: str) -> Obj:

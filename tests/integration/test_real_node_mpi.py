@@ -1,14 +1,11 @@
 """The reference operator's end-to-end scenarios (kubeflow/mpi-operator v0.8.2, test/e2e) with real `mpirun`.
 
 Two real nodes (real-1 and real-2), cluster DNS (CoreDNS), and the MPI images of testbed/build-mpi-images.sh:
-OpenMPI 4.1 (Debian 12), OpenMPI 5 (Debian 13) and MPICH (Debian 12), each with our `pi` program (every rank
-prints `rank R of N on HOST`, rank 0 `pi is approximately 3.14159265`). Each test reads what a user reads: the
-MPIJob's conditions and `kubectl logs` of the launcher. Beyond the reference's suite (which never looks at the
-output): the ranks ran on two distinct workers, placed on both nodes, and `pi` printed its known value.
-
-Intel MPI is not here: its runtime comes only from Intel's own package repository, which this machine cannot
-reach; its generated objects (I_MPI_* variables, hostfile format) are covered by tests/unit/test_creation.py and
-tests/integration/test_core.py.
+OpenMPI 4.1 (Debian 12), OpenMPI 5 (Debian 13), MPICH 4.2 (Debian 13) and Intel MPI 2021.13 (PyPI's impi-rt
+wheel on Debian 13), each with our `pi` program (every rank prints `rank R of N on HOST`, rank 0 `pi is
+approximately 3.14159265`). Each test reads what a user reads: the MPIJob's conditions and `kubectl logs` of the
+launcher. Beyond the reference's suite (which never looks at the output): the ranks ran on two distinct workers,
+placed on both nodes, and `pi` printed its known value.
 """
 
 from __future__ import annotations
@@ -55,7 +52,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.realnode]
 
 Obj = dict[str, Any]
 REAL_NODES = 2
-IMAGES = ("openmpi4", "openmpi5", "mpich")
+IMAGES = ("openmpi4", "openmpi5", "mpich", "intelmpi")
 PI = "pi is approximately 3.14159265"
 RANK = re.compile(r"^rank (\d+) of (\d+) on (\S+)$", re.MULTILINE)
 HOSTNAME = "kubernetes.io/hostname"
@@ -249,7 +246,12 @@ async def _run_recording_placement(kube: Kube, job: str) -> tuple[Obj, dict[str,
 
 @pytest.mark.parametrize(
     ("example", "name"),
-    [("pi/pi.yaml", "openmpi4"), ("pi/pi.yaml", "openmpi5"), ("pi/pi-mpich.yaml", "mpich")],
+    [
+        ("pi/pi.yaml", "openmpi4"),
+        ("pi/pi.yaml", "openmpi5"),
+        ("pi/pi-mpich.yaml", "mpich"),
+        ("pi/pi-intel.yaml", "intelmpi"),
+    ],
 )
 async def test_the_reference_example_runs_unchanged_but_for_the_image(
     real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
