@@ -34,7 +34,7 @@ testbed-node: system-deps
 
 # The real-node tests alone; a machine that cannot run a real node fails here instead of skipping.
 e2e: system-deps $(STAMP) testbed
-	MPIJOB_REQUIRE_REAL_NODE=1 $(BIN)/pytest tests/integration/test_real_node.py tests/integration/test_real_node_mpi.py tests/integration/test_real_node_horovod.py -q -p no:cacheprovider
+	MPIJOB_REQUIRE_REAL_NODE=1 $(BIN)/pytest tests/integration/test_real_node.py tests/integration/test_real_node_mpi.py tests/integration/test_real_node_horovod.py tests/integration/test_reference_e2e.py -q -p no:cacheprovider
 
 # Kueue and the coscheduling scheduler for tests/integration/test_scheduling.py (docs/scheduling.md). A
 # failed build stops CI (CI=true); elsewhere those tests then skip and say why.
@@ -63,8 +63,9 @@ integration: system-deps $(STAMP) testbed testbed-extras testbed-prometheus helm
 
 # The whole suite: static checks, unit tests, then integration tests on a real local control plane. The
 # real-node tests, the Horovod scenario among them, build what they need through testbed/ scripts (cached in
-# ~/.cache/mpijob) and skip with the reason on a machine that cannot run a real node (not root, no apt). The 20
-# slowest tests are printed at the end (issue 31: the warm run stays within 45 min).
+# ~/.cache/mpijob; the reference's e2e suite through bench/reference/build-e2e.sh, into .cache/reference) and
+# skip with the reason on a machine that cannot run a real node (not root, no apt). The 20 slowest tests are
+# printed at the end (issue 31: the warm run stays within 45 min).
 test: system-deps $(STAMP) testbed testbed-extras testbed-prometheus helm image lint
 	$(BIN)/pytest tests -q -p no:cacheprovider --durations=20
 
