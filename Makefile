@@ -32,7 +32,8 @@ helm:
 testbed-node: system-deps
 	nice -n 10 bash testbed/build-node.sh
 
-# The real-node tests alone; a machine that cannot run a real node fails here instead of skipping.
+# The real-node tests alone (the reference's e2e suite among them, in test_real_node_mpi.py); a machine that cannot
+# run a real node fails here instead of skipping.
 e2e: system-deps $(STAMP) testbed
 	MPIJOB_REQUIRE_REAL_NODE=1 $(BIN)/pytest tests/integration/test_real_node.py tests/integration/test_real_node_mpi.py tests/integration/test_real_node_horovod.py -q -p no:cacheprovider
 
@@ -63,8 +64,9 @@ integration: system-deps $(STAMP) testbed testbed-extras testbed-prometheus helm
 
 # The whole suite: static checks, unit tests, then integration tests on a real local control plane. The
 # real-node tests, the Horovod scenario among them, build what they need through testbed/ scripts (cached in
-# ~/.cache/mpijob) and skip with the reason on a machine that cannot run a real node (not root, no apt). The 20
-# slowest tests are printed at the end (issue 31: the warm run stays within 45 min).
+# ~/.cache/mpijob; the reference's e2e suite through bench/reference/build-e2e.sh, into .cache/reference) and
+# skip with the reason on a machine that cannot run a real node (not root, no apt). The 20 slowest tests are
+# printed at the end (issue 31: the warm run stays within 45 min).
 test: system-deps $(STAMP) testbed testbed-extras testbed-prometheus helm image lint
 	$(BIN)/pytest tests -q -p no:cacheprovider --durations=20
 

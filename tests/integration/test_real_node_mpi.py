@@ -29,6 +29,12 @@ import reference_install
 from cannot_run import cannot_run
 from kube import API_VERSION, Kube, eventually, has_condition, job_has, mpijob, operator_caught_up
 from operator_harness import OperatorProcess
+
+# The reference's own e2e suite, run on this module's testbed, operator and images (reference_e2e.py).
+from reference_e2e import (  # noqa: F401
+    suite_binary,
+    test_the_reference_e2e_suite_passes_every_spec_the_testbed_can_host_against_mpijob,
+)
 from reference_operator import Reference, put_reference_crd, reference_built
 from test_real_node import (  # noqa: F401
     ON_REAL_NODE,

@@ -1,0 +1,201 @@
+"""The reference's own e2e suite (kubeflow/mpi-operator v0.8.2 `test/e2e`, Ginkgo v1), unchanged, against mpijob
+on the two real nodes (issue 40, item 4). Its one test runs in test_real_node_mpi.py, which imports it: on that
+module's testbed, with its operator and its MPI images (one real-node testbed for both, not another).
+
+bench/reference/build-e2e.sh compiles the suite with `go test -c ./test/e2e` in a writable copy of the module;
+the test runs that binary as the suite's own CI runs it against an existing cluster (`USE_EXISTING_CLUSTER=true`,
+`USE_EXISTING_OPERATOR=true`, the images from `TEST_OPENMPI_IMAGE`/`TEST_MPICH_IMAGE`/`TEST_INTELMPI_IMAGE`,
+the kubeconfig from `KUBECONFIG`), with a JUnit report (`-ginkgo.reportFile`), and checks spec by spec that the
+expected specs ran and passed. What kind gives the suite, the testbed arranges outside it: the MPI images on
+the real nodes, and the suite's pods (no tolerations, no node selector) sent to the real nodes by tainting the
+kwok nodes (test_real_node_mpi.py's `unchanged_pods_land_on_real_nodes`). The operator is mpijob as a process.
+
+Skipped with `-ginkgo.skip`, each with its reason (SKIPPED below): the contexts that re-deploy the
+`mpi-operator` Deployment (mpijob does not run as that Deployment's pod here yet), Volcano, and Intel MPI while
+test_real_node_mpi.py has no `intelmpi` image. A failed build of the suite fails under CI=true (cannot_run.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cannot_run import cannot_run
+from operator_harness import OperatorProcess
+from reference_operator import REFERENCE
+from test_real_node import record
+
+from mpijob_testbed import cluster
+from mpijob_testbed.paths import repo_root, resolve_bin_dir
+
+pytestmark = [pytest.mark.integration, pytest.mark.realnode]
+
+SUITE = REFERENCE / "e2e"
+# The suite's image variables, and the image of test_real_node_mpi.py's `mpi_images` each one names.
+IMAGE_ENV = {"openmpi4": "TEST_OPENMPI_IMAGE", "mpich": "TEST_MPICH_IMAGE", "intelmpi": "TEST_INTELMPI_IMAGE"}
+SUITE_TIMEOUT_S = 30 * 60
+
+# Every spec of the pinned suite, as its JUnit report names them, by context.
+_OMPI = "MPIJob with OpenMPI implementation when "
+OPENMPI = [
+    f"{_OMPI}has malformed command should fail",
+    f"{_OMPI}running as root should succeed",
+    f"{_OMPI}running as root when suspended on creation should not create pods when suspended and succeed when resumed",
+    f"{_OMPI}running as root when running with host network should succeed",
+    f"{_OMPI}running as non-root should succeed",
+    f"{_OMPI}running as non-root should not be updated when managed externally, only created",
+    f"{_OMPI}running as non-root should succeed when explicitly managed by mpi-operator",
+]
+MPICH = [
+    "MPIJob with MPICH Implementation when running as root should succeed",
+    "MPIJob with MPICH Implementation when running as non-root should succeed",
+]
+INTEL = [
+    "MPIJob with Intel Implementation when running as root should succeed",
+    "MPIJob with Intel Implementation when running as non-root should succeed",
+]
+INTEL_CONTEXT = "with Intel Implementation"
+# Contexts this testbed cannot host against mpijob yet, each with its spec and why (passed as -ginkgo.skip).
+SKIPPED = {
+    "with scheduler-plugins": (
+        ["MPIJob with scheduler-plugins should create pending pods"],
+        "re-deploys the `mpi-operator` Deployment with --gang-scheduling and waits for it to be available; "
+        "mpijob runs as a host process here, not as that Deployment's pod (issue 40, item 2)",
+    ),
+    "with custom cluster-domain": (
+        ["MPIJob with custom cluster-domain when running as root should succeed"],
+        "re-deploys the `mpi-operator` Deployment with --cluster-domain; mpijob runs as a host process here, "
+        "not as that Deployment's pod (issue 40, item 2)",
+    ),
+    "with volcano-scheduler": (
+        ["MPIJob with volcano-scheduler should create pending pods"],
+        "the Volcano scheduler (volcano.sh/volcano) is not served by the Go module proxy, and its images cannot "
+        "be pulled here",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    state: str  # passed, failed or skipped
+    seconds: float
+    failure: str
+
+
+@pytest.fixture(scope="module")
+def suite_binary() -> Path:
+    """The compiled suite (cached by build-e2e.sh's input hash); the test asks for it first, so a cold build
+    happens before the module's testbed starts when this test is the module's first."""
+    t = time.monotonic()
+    try:
+        build = subprocess.run(
+            ["bash", str(repo_root() / "bench" / "reference" / "build-e2e.sh")],
+            capture_output=True, text=True, check=False, timeout=60 * 60,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as err:
+        cannot_run(f"the reference's e2e suite does not build here: {err}")
+    if build.returncode != 0:
+        cannot_run(f"the reference's e2e suite does not build here: {build.stdout[-1500:]}{build.stderr[-1500:]}")
+    print(build.stdout.strip(), f"({time.monotonic() - t:.1f}s)")
+    return SUITE / "e2e.test"
+
+
+def suite_images(mpi_images: dict[str, str]) -> dict[str, str]:
+    """The suite's image variables: the testbed's OpenMPI 4.1 and MPICH images (already on both real nodes),
+    and Intel MPI's once the module has one."""
+    return {env: mpi_images[name] for name, env in IMAGE_ENV.items() if name in mpi_images}
+
+
+def skip_reasons(images: dict[str, str]) -> dict[str, str]:
+    """Context -> why it does not run here; Intel only while there is no Intel MPI image."""
+    reasons = {context: why for context, (_, why) in SKIPPED.items()}
+    if IMAGE_ENV["intelmpi"] not in images:
+        reasons[INTEL_CONTEXT] = "no Intel MPI image: test_real_node_mpi.py's images have no `intelmpi` yet"
+    return reasons
+
+
+def expected_to_run(images: dict[str, str]) -> list[str]:
+    return OPENMPI + MPICH + (INTEL if IMAGE_ENV["intelmpi"] in images else [])
+
+
+def run_suite(binary: Path, tb: cluster.Testbed, images: dict[str, str], skip: list[str], out_dir: Path) -> int:
+    """The suite as its CI runs it against an existing cluster and operator; its output goes to stdout and to
+    out_dir/e2e.log, its JUnit report to out_dir/junit.xml. The suite resolves `../../bin/kubectl` from its
+    working directory: the copy gets the testbed's kubectl there (the specs that run here never call it; the
+    skipped ones do)."""
+    workdir = SUITE / "src" / "test" / "e2e"
+    kubectl = SUITE / "src" / "bin" / "kubectl"
+    kubectl.parent.mkdir(exist_ok=True)
+    kubectl.unlink(missing_ok=True)
+    kubectl.symlink_to(resolve_bin_dir(None) / "kubectl")
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(tb.kubeconfig),
+        "USE_EXISTING_CLUSTER": "true",
+        "USE_EXISTING_OPERATOR": "true",
+        **images,
+    }
+    argv = [str(binary), "-test.timeout", f"{SUITE_TIMEOUT_S}s", "-ginkgo.v", "-ginkgo.noColor",
+            f"-ginkgo.reportFile={out_dir / 'junit.xml'}", *(f"-ginkgo.skip={s}" for s in skip)]  # fmt: skip
+    with (out_dir / "e2e.log").open("w") as out, subprocess.Popen(argv, cwd=workdir, env=env, stdout=subprocess.PIPE,
+                                                stderr=subprocess.STDOUT, text=True) as proc:  # fmt: skip
+        assert proc.stdout is not None
+        for line in proc.stdout:  # streamed: a 96 s run should show its progress under -s
+            print(line, end="")
+            out.write(line)
+        return proc.wait(timeout=SUITE_TIMEOUT_S)
+
+
+def read_report(report: Path) -> list[Spec]:
+    """Ginkgo v1's JUnit report: one testcase per spec (a failed BeforeSuite is a testcase of its own)."""
+    specs = []
+    for case in ET.parse(report).getroot().iter("testcase"):
+        failure = case.find("failure")
+        state = "failed" if failure is not None else "skipped" if case.find("skipped") is not None else "passed"
+        text = (failure.text or "") if failure is not None else ""
+        specs.append(Spec(case.get("name", ""), state, float(case.get("time", "0")), text))
+    return specs
+
+
+def test_the_reference_e2e_suite_passes_every_spec_the_testbed_can_host_against_mpijob(
+    suite_binary: Path,
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_operator: OperatorProcess,
+    mpi_images: dict[str, str],
+    unchanged_pods_land_on_real_nodes: None,
+) -> None:
+    """The reference's own suite, not a word of it changed, against mpijob: every spec of OpenMPI (malformed
+    command, root, suspend, host network, non-root, both managedBy cases), MPICH and, with its image, Intel MPI
+    runs and passes; the contexts this testbed cannot host are skipped, each with its reason, and nothing
+    else is skipped."""
+    tb, images = real_testbed[0], suite_images(mpi_images)
+    reasons = skip_reasons(images)
+    for context, why in reasons.items():
+        print(f"reference e2e: skipping '{context}': {why}")
+    # Beside the testbed's directory, not in it: kept for a post-mortem after the module's `down`.
+    out_dir = tb.state_dir.parent / f"{tb.state_dir.name}-reference-e2e"
+    out_dir.mkdir(exist_ok=True)
+    t = time.monotonic()
+    code = run_suite(suite_binary, tb, images, list(reasons), out_dir)
+    took = time.monotonic() - t
+    report = out_dir / "junit.xml"
+    assert report.exists(), f"the suite wrote no JUnit report (exit {code}); its output: {out_dir / 'e2e.log'}"
+    specs = read_report(report)
+    for spec in specs:
+        print(f"reference e2e: {spec.state.upper():7} {spec.seconds:6.1f}s  {spec.name}")
+    record(reference_e2e_s=round(took, 1), reference_e2e={s.name: s.state for s in specs})
+    failed = [f"{s.name}:\n{s.failure}" for s in specs if s.state == "failed"]
+    where = f"suite log {out_dir / 'e2e.log'}, operator log {tb.state_dir}-operator.log (after the module)"
+    assert not failed, "\n\n".join(failed) + f"\n({where})"
+    ran = sorted(s.name for s in specs if s.state == "passed")
+    assert ran == sorted(expected_to_run(images)), f"ran {ran}, expected {sorted(expected_to_run(images))}"
+    every = OPENMPI + MPICH + INTEL + [name for names, _ in SKIPPED.values() for name in names]
+    assert sorted(s.name for s in specs) == sorted(every), "the suite's specs are not the pinned version's"
+    assert code == 0, f"the suite exited {code} with every spec passed"
