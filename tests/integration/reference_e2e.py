@@ -1,17 +1,19 @@
 """The reference's own e2e suite (kubeflow/mpi-operator v0.8.2 `test/e2e`, Ginkgo v1), unchanged, against mpijob
 on the two real nodes (issue 40, item 4). Its one test runs in test_real_node_mpi.py, which imports it: on that
-module's testbed, with its operator and its MPI images (one real-node testbed for both, not another).
+module's testbed, with its MPI images (one real-node testbed for both, not another), against mpijob installed
+as a user who swaps the image installs it (that module's `operator_as_reference_pod`: the reference's own
+install file, the Deployment's image replaced by mpijob's, its pod on a real node).
 
 bench/reference/build-e2e.sh compiles the suite with `go test -c ./test/e2e` in a writable copy of the module;
 the test runs that binary as the suite's own CI runs it against an existing cluster (`USE_EXISTING_CLUSTER=true`,
-`USE_EXISTING_OPERATOR=true`, the images from `TEST_OPENMPI_IMAGE`/`TEST_MPICH_IMAGE`/`TEST_INTELMPI_IMAGE`,
-the kubeconfig from `KUBECONFIG`), with a JUnit report (`-ginkgo.reportFile`), and checks spec by spec that the
-expected specs ran and passed. What kind gives the suite, the testbed arranges outside it: the MPI images on
-the real nodes, and the suite's pods (no tolerations, no node selector) sent to the real nodes by tainting the
-kwok nodes (test_real_node_mpi.py's `unchanged_pods_land_on_real_nodes`). The operator is mpijob as a process.
+`USE_EXISTING_OPERATOR=true`, `USE_EXISTING_SCHEDULER_PLUGINS=true`, the images from
+`TEST_OPENMPI_IMAGE`/`TEST_MPICH_IMAGE`/`TEST_INTELMPI_IMAGE`, the kubeconfig from `KUBECONFIG`), with a JUnit
+report (`-ginkgo.reportFile`), and checks spec by spec that the expected specs ran and passed. What kind gives
+the suite, the testbed arranges outside it: the MPI images on the real nodes, the coscheduling scheduler under
+the name the suite expects, and the suite's pods (no tolerations, no node selector) sent to the real nodes by
+tainting the kwok nodes (test_real_node_mpi.py's `unchanged_pods_land_on_real_nodes`).
 
-Skipped with `-ginkgo.skip`, each with its reason (SKIPPED below): the contexts that re-deploy the
-`mpi-operator` Deployment (mpijob does not run as that Deployment's pod here yet), Volcano, and Intel MPI while
+Skipped with `-ginkgo.skip`, with its reason (SKIPPED below): Volcano; and Intel MPI while
 test_real_node_mpi.py has no `intelmpi` image. A failed build of the suite fails under CI=true (cannot_run.py).
 """
 
@@ -27,11 +29,11 @@ from typing import Any
 
 import pytest
 from cannot_run import cannot_run
-from operator_harness import OperatorProcess
 from reference_operator import REFERENCE
 from test_real_node import record
 
-from mpijob_testbed import cluster
+from mpijob_testbed import cluster, extras
+from mpijob_testbed.errors import TestbedError
 from mpijob_testbed.paths import repo_root, resolve_bin_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.realnode]
@@ -62,17 +64,13 @@ INTEL = [
 ]
 INTEL_CONTEXT = "with Intel Implementation"
 # Contexts this testbed cannot host against mpijob yet, each with its spec and why (passed as -ginkgo.skip).
+# The contexts that re-deploy the `mpi-operator` Deployment with one more flag and wait for it to be available:
+# they run against mpijob as that Deployment's pod (test_real_node_mpi.py's `operator_as_reference_pod`).
+REDEPLOYING = [
+    "MPIJob with scheduler-plugins should create pending pods",
+    "MPIJob with custom cluster-domain when running as root should succeed",
+]
 SKIPPED = {
-    "with scheduler-plugins": (
-        ["MPIJob with scheduler-plugins should create pending pods"],
-        "re-deploys the `mpi-operator` Deployment with --gang-scheduling and waits for it to be available; "
-        "mpijob runs as a host process here, not as that Deployment's pod (issue 40, item 2)",
-    ),
-    "with custom cluster-domain": (
-        ["MPIJob with custom cluster-domain when running as root should succeed"],
-        "re-deploys the `mpi-operator` Deployment with --cluster-domain; mpijob runs as a host process here, "
-        "not as that Deployment's pod (issue 40, item 2)",
-    ),
     "with volcano-scheduler": (
         ["MPIJob with volcano-scheduler should create pending pods"],
         "the Volcano scheduler (volcano.sh/volcano) is not served by the Go module proxy, and its images cannot "
@@ -122,7 +120,7 @@ def skip_reasons(images: dict[str, str]) -> dict[str, str]:
 
 
 def expected_to_run(images: dict[str, str]) -> list[str]:
-    return OPENMPI + MPICH + (INTEL if IMAGE_ENV["intelmpi"] in images else [])
+    return OPENMPI + MPICH + REDEPLOYING + (INTEL if IMAGE_ENV["intelmpi"] in images else [])
 
 
 def run_suite(binary: Path, tb: cluster.Testbed, images: dict[str, str], skip: list[str], out_dir: Path) -> int:
@@ -140,6 +138,8 @@ def run_suite(binary: Path, tb: cluster.Testbed, images: dict[str, str], skip: l
         "KUBECONFIG": str(tb.kubeconfig),
         "USE_EXISTING_CLUSTER": "true",
         "USE_EXISTING_OPERATOR": "true",
+        # The testbed's coscheduling scheduler, under the name the suite expects (scheduler_plugins below).
+        "USE_EXISTING_SCHEDULER_PLUGINS": "true",
         **images,
     }
     argv = [str(binary), "-test.timeout", f"{SUITE_TIMEOUT_S}s", "-ginkgo.v", "-ginkgo.noColor",
@@ -164,17 +164,31 @@ def read_report(report: Path) -> list[Spec]:
     return specs
 
 
+@pytest.fixture
+def scheduler_plugins(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> str:
+    """The coscheduling scheduler of scheduler-plugins (built from its Go module) and its PodGroup CRD on the
+    module's testbed, named as the suite's scheduler-plugins context expects."""
+    try:
+        extras.build([extras.COSCHEDULING], echo=print)
+    except TestbedError as err:
+        cannot_run(f"the coscheduling scheduler could not be built: {err}")
+    cluster.start_extras((extras.COSCHEDULING,), real_testbed[0].state_dir, echo=print)
+    return extras.COSCHEDULING_SCHEDULER_NAME
+
+
 def test_the_reference_e2e_suite_passes_every_spec_the_testbed_can_host_against_mpijob(
     suite_binary: Path,
     real_testbed: tuple[cluster.Testbed, dict[str, Any]],
-    rn_operator: OperatorProcess,
     mpi_images: dict[str, str],
-    unchanged_pods_land_on_real_nodes: None,
+    scheduler_plugins: str,
+    operator_as_reference_pod: str,
 ) -> None:
-    """The reference's own suite, not a word of it changed, against mpijob: every spec of OpenMPI (malformed
-    command, root, suspend, host network, non-root, both managedBy cases), MPICH and, with its image, Intel MPI
-    runs and passes; the contexts this testbed cannot host are skipped, each with its reason, and nothing
-    else is skipped."""
+    """The reference's own suite, not a word of it changed, against mpijob installed from the reference's own
+    manifests with the image swapped (its Deployment's pod on a real node): every spec of OpenMPI (malformed
+    command, root, suspend, host network, non-root, both managedBy cases), MPICH, Intel MPI, scheduler-plugins
+    and custom cluster-domain (the last two re-deploy that Deployment with a flag) runs and passes; Volcano is
+    skipped with its reason, and nothing else is skipped."""
+    assert scheduler_plugins == "scheduler-plugins-scheduler"  # the name the suite's context passes
     tb, images = real_testbed[0], suite_images(mpi_images)
     reasons = skip_reasons(images)
     for context, why in reasons.items():

@@ -32,6 +32,7 @@ from operator_harness import OperatorProcess
 
 # The reference's own e2e suite, run on this module's testbed, operator and images (reference_e2e.py).
 from reference_e2e import (  # noqa: F401
+    scheduler_plugins,
     suite_binary,
     test_the_reference_e2e_suite_passes_every_spec_the_testbed_can_host_against_mpijob,
 )
