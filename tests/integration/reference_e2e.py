@@ -123,11 +123,13 @@ def expected_to_run(images: dict[str, str]) -> list[str]:
     return OPENMPI + MPICH + REDEPLOYING + (INTEL if IMAGE_ENV["intelmpi"] in images else [])
 
 
-def run_suite(binary: Path, tb: cluster.Testbed, images: dict[str, str], skip: list[str], out_dir: Path) -> int:
+def run_suite(
+    binary: Path, tb: cluster.Testbed, images: dict[str, str], skip: list[str], out_dir: Path, focus: str = ""
+) -> int:
     """The suite as its CI runs it against an existing cluster and operator; its output goes to stdout and to
-    out_dir/e2e.log, its JUnit report to out_dir/junit.xml. The suite resolves `../../bin/kubectl` from its
-    working directory: the copy gets the testbed's kubectl there (the specs that run here never call it; the
-    skipped ones do)."""
+    out_dir/e2e<focus>.log, its JUnit report to out_dir/junit<focus>.xml (`focus`: a context run alone). The
+    suite resolves `../../bin/kubectl` from its working directory: the copy gets the testbed's kubectl there
+    (the specs that run here never call it; the skipped ones do)."""
     workdir = SUITE / "src" / "test" / "e2e"
     kubectl = SUITE / "src" / "bin" / "kubectl"
     kubectl.parent.mkdir(exist_ok=True)
@@ -143,14 +145,45 @@ def run_suite(binary: Path, tb: cluster.Testbed, images: dict[str, str], skip: l
         **images,
     }
     argv = [str(binary), "-test.timeout", f"{SUITE_TIMEOUT_S}s", "-ginkgo.v", "-ginkgo.noColor",
-            f"-ginkgo.reportFile={out_dir / 'junit.xml'}", *(f"-ginkgo.skip={s}" for s in skip)]  # fmt: skip
-    with (out_dir / "e2e.log").open("w") as out, subprocess.Popen(argv, cwd=workdir, env=env, stdout=subprocess.PIPE,
+            f"-ginkgo.reportFile={out_dir / f'junit{_file(focus)}.xml'}", *(f"-ginkgo.skip={s}" for s in skip),
+            *([f"-ginkgo.focus={focus}"] if focus else [])]  # fmt: skip
+    log = out_dir / f"e2e{_file(focus)}.log"
+    with log.open("w") as out, subprocess.Popen(argv, cwd=workdir, env=env, stdout=subprocess.PIPE,
                                                 stderr=subprocess.STDOUT, text=True) as proc:  # fmt: skip
         assert proc.stdout is not None
         for line in proc.stdout:  # streamed: a 96 s run should show its progress under -s
             print(line, end="")
             out.write(line)
         return proc.wait(timeout=SUITE_TIMEOUT_S)
+
+
+def _file(focus: str) -> str:
+    return "-" + focus.replace(" ", "-") if focus else ""
+
+
+def run_in_two(
+    binary: Path, tb: cluster.Testbed, images: dict[str, str], skip: list[str], out_dir: Path
+) -> tuple[int, list[Spec]]:
+    """The suite, with ALONE in a run of its own once the Deployment's previous rollout is over. The suite's
+    `setupMPIOperator` reads and updates the `mpi-operator` Deployment without retrying a conflict, as soon as
+    the previous context's re-deploy has one available pod; that rollout is still writing the Deployment's
+    status then (the old pod going), and the update fails with 409 (seen here on 2026-12-06). Upstream's
+    Volcano context runs between the two; here it is skipped. Returns the worse exit code and every spec,
+    each with its state from the run that did not skip it."""
+    first = run_suite(binary, tb, images, [*skip, ALONE], out_dir)
+    ns, name = "mpi-operator", "mpi-operator"
+    subprocess.run([str(resolve_bin_dir(None) / "kubectl"), f"--kubeconfig={tb.kubeconfig}", "-n", ns, "rollout",
+                    "status", f"deployment/{name}", "--timeout=180s"], check=True, capture_output=True)  # fmt: skip
+    second = run_suite(binary, tb, images, skip, out_dir, focus=ALONE)
+    specs = {s.name: s for s in read_report(out_dir / "junit.xml")}
+    for spec in read_report(out_dir / f"junit{_file(ALONE)}.xml"):
+        if spec.state != "skipped" or spec.name not in specs:
+            specs[spec.name] = spec
+    return max(first, second), list(specs.values())
+
+
+# Run alone (run_in_two): the second context that re-deploys the operator.
+ALONE = "with custom cluster-domain"
 
 
 def read_report(report: Path) -> list[Spec]:
@@ -197,11 +230,8 @@ def test_the_reference_e2e_suite_passes_every_spec_the_testbed_can_host_against_
     out_dir = tb.state_dir.parent / f"{tb.state_dir.name}-reference-e2e"
     out_dir.mkdir(exist_ok=True)
     t = time.monotonic()
-    code = run_suite(suite_binary, tb, images, list(reasons), out_dir)
+    code, specs = run_in_two(suite_binary, tb, images, list(reasons), out_dir)
     took = time.monotonic() - t
-    report = out_dir / "junit.xml"
-    assert report.exists(), f"the suite wrote no JUnit report (exit {code}); its output: {out_dir / 'e2e.log'}"
-    specs = read_report(report)
     for spec in specs:
         print(f"reference e2e: {spec.state.upper():7} {spec.seconds:6.1f}s  {spec.name}")
     record(reference_e2e_s=round(took, 1), reference_e2e={s.name: s.state for s in specs})
@@ -210,6 +240,6 @@ def test_the_reference_e2e_suite_passes_every_spec_the_testbed_can_host_against_
     assert not failed, "\n\n".join(failed) + f"\n({where})"
     ran = sorted(s.name for s in specs if s.state == "passed")
     assert ran == sorted(expected_to_run(images)), f"ran {ran}, expected {sorted(expected_to_run(images))}"
-    every = OPENMPI + MPICH + INTEL + [name for names, _ in SKIPPED.values() for name in names]
+    every = OPENMPI + MPICH + INTEL + REDEPLOYING + [name for names, _ in SKIPPED.values() for name in names]
     assert sorted(s.name for s in specs) == sorted(every), "the suite's specs are not the pinned version's"
     assert code == 0, f"the suite exited {code} with every spec passed"
