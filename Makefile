@@ -32,9 +32,9 @@ helm:
 testbed-node: system-deps
 	nice -n 10 bash testbed/build-node.sh
 
-# The real-node tests alone (the reference's e2e suite among them, in test_real_node_mpi.py); a machine that cannot
-# run a real node fails here instead of skipping.
-e2e: system-deps $(STAMP) testbed
+# The real-node tests alone (the reference's e2e suite against the operator image as a pod, and a helm upgrade,
+# among them, in test_real_node_mpi.py); a machine that cannot run a real node fails here instead of skipping.
+e2e: system-deps $(STAMP) testbed helm image
 	MPIJOB_REQUIRE_REAL_NODE=1 $(BIN)/pytest tests/integration/test_real_node.py tests/integration/test_real_node_mpi.py tests/integration/test_real_node_horovod.py -q -p no:cacheprovider
 
 # Kueue and the coscheduling scheduler for tests/integration/test_scheduling.py (docs/scheduling.md). A
