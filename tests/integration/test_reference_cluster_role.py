@@ -8,19 +8,18 @@ operator holds the reference's Lease and never stops for a refusal."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import reference_install
 import yaml
 from kube import Kube, eventually, has_condition, live, mpijob
 from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess, _free_port
-from rbac import REPO, server_side_apply, service_account_token, token_kubeconfig
+from rbac import server_side_apply, service_account_token, token_kubeconfig
 from reference_operator import REFERENCE, reference_built
 from test_core import wait_condition, wait_running
 
@@ -31,17 +30,7 @@ pytestmark = pytest.mark.integration
 
 
 def reference_cluster_role() -> dict[str, Any]:
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
-    out = subprocess.run(
-        ["go", "mod", "download", "-json", "github.com/kubeflow/mpi-operator"],
-        cwd=REPO / "bench" / "reference",
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-        timeout=600,
-    )
-    path = Path(json.loads(out.stdout)["Dir"]) / "manifests/base/cluster-role.yaml"
+    path = reference_install.module_dir() / "manifests/base/cluster-role.yaml"
     role: dict[str, Any] = next(
         d for d in yaml.safe_load_all(path.read_text()) if d and d["metadata"]["name"] == "mpi-operator"
     )

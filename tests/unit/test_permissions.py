@@ -5,9 +5,6 @@ crash: the operator asks what it may do (runtime/permissions.py) and does only t
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,6 +30,7 @@ from .builders import (
     status_of,
     worker,
 )
+from .test_reference_examples import _upstream_dir
 
 REPO = Path(__file__).resolve().parents[2]
 Triple = tuple[str, str, str]
@@ -68,17 +66,7 @@ def cluster_role(path: Path, name: str) -> list[dict[str, Any]]:
 
 def reference_cluster_role() -> list[dict[str, Any]]:
     """manifests/base/cluster-role.yaml of the module bench/reference/go.mod pins (Go module proxy)."""
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
-    out = subprocess.run(
-        ["go", "mod", "download", "-json", "github.com/kubeflow/mpi-operator"],
-        cwd=REPO / "bench" / "reference",
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-        timeout=600,
-    )
-    return cluster_role(Path(json.loads(out.stdout)["Dir"]) / "manifests/base/cluster-role.yaml", "mpi-operator")
+    return cluster_role(_upstream_dir() / "manifests/base/cluster-role.yaml", "mpi-operator")
 
 
 OURS = cluster_role(REPO / "deploy/base/rbac.yaml", "mpijob-operator")
