@@ -371,28 +371,20 @@ class Executor:
             patch = {**patch, "metadata": {**(patch.get("metadata") or {}), "resourceVersion": rv}}
         path = object_path(action.api_version, action.kind, namespace, action.name, action.subresource)
         if action.kind in self.update_kinds and action.subresource is None:
-            return await self._update(namespace, action, patch, write_class)
+            return await self._update(namespace, action, path, patch, write_class)
         return await self.client.merge_patch(path, patch, write_class=write_class)
 
-    async def _update(self, namespace: str, action: Patch, patch: Any, write_class: WriteClass) -> Any:
+    async def _update(self, namespace: str, action: Patch, path: str, patch: Any, write_class: WriteClass) -> Any:
         """The merge patch as a read (a list by name: the reference's ClusterRole has no `get` on these kinds)
-        and an update of what was read. The read object's resourceVersion guards the update; the patch's own
-        precondition, if any, must match it (409 as the patch would have answered)."""
+        and an update of what was read. The update carries the read object's resourceVersion, or the patch's
+        own precondition when it has one, so the API server answers 409 where the patch would have."""
         collection = collection_path(action.api_version, action.kind, namespace)
-        name = action.name
-        listed = await self.client.request("GET", collection, query=[("fieldSelector", f"metadata.name={name}")])
-        items = (listed or {}).get("items") or []
+        query = [("fieldSelector", f"metadata.name={action.name}")]
+        items = ((await self.client.request("GET", collection, query=query)) or {}).get("items") or []
         if not items:
-            raise ApiError(404, "NotFound", f"{action.kind} {name} not found")
+            raise ApiError(404, "NotFound", f"{action.kind} {action.name} not found")
         current = {"apiVersion": action.api_version, "kind": action.kind, **items[0]}
-        read_version = current["metadata"].get("resourceVersion")
-        wanted = (patch.get("metadata") or {}).get("resourceVersion")
-        if wanted is not None and wanted != read_version:
-            raise ApiError(409, "Conflict", f"{action.kind} {name}: resourceVersion {read_version}, not {wanted}")
-        body = json_merge_patch(current, patch)
-        body["metadata"]["resourceVersion"] = read_version
-        path = object_path(action.api_version, action.kind, namespace, name)
-        return await self.client.request("PUT", path, body, write_class=write_class)
+        return await self.client.request("PUT", path, json_merge_patch(current, patch), write_class=write_class)
 
     async def _delete(self, namespace: str, action: Delete, write_class: WriteClass) -> bool:
         options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}

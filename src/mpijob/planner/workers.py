@@ -188,9 +188,9 @@ def absences_to_confirm(snapshot: Snapshot, spec: MPIJobSpec) -> list[tuple[str,
     workers = workers_of(snapshot)
     names = {name_of(p) for p in workers}
     if not spec.run_policy.suspend:
-        for pod in workers:
+        for pod in workers if snapshot.config.node_signals else ():
             node = pod_node(pod)
-            if node is None or is_terminating(pod) or node in snapshot.nodes or not snapshot.config.node_signals:
+            if node is None or is_terminating(pod) or node in snapshot.nodes:
                 continue
             if ("Node", node) not in snapshot.absence_checks and ("Node", node) not in needed:
                 needed.append(("Node", node))

@@ -98,7 +98,7 @@ async def run(
     api = await load_api_client(options.kubeconfig, master=options.master)
     client = Client(api, options.qps, options.burst, urgent_qps=options.urgent_qps, urgent_burst=options.urgent_burst)
     grants = await _grants(client, options)
-    config = _within(options.planner, grants)
+    config = config_within(options.planner, grants)
     metrics = Metrics()
     client.on_response = metrics.api_response
     events = EventPoster(client)
@@ -177,8 +177,9 @@ async def _grants(client: Client, options: OperatorOptions) -> permissions.Grant
     return await permissions.check(client, options.namespaces, options.planner.gang_scheduler)
 
 
-def _within(config: OperatorConfig, grants: permissions.Grants) -> OperatorConfig:
-    """The planner's settings with the features the operator may not use turned off."""
+def config_within(config: OperatorConfig, grants: permissions.Grants) -> OperatorConfig:
+    """The planner's settings with the features the operator may not use turned off (runtime/kinds.py:watched
+    then leaves their kinds unwatched)."""
     off = grants.off()
     return replace(
         config,

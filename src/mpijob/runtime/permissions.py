@@ -71,12 +71,6 @@ NEEDS: tuple[Need, ...] = (
 
 # Kinds written by read-then-update where `patch` is refused but `update` granted (the reference's verbs).
 UPDATABLE = {("", "configmaps"): "ConfigMap", ("", "services"): "Service", ("batch", "jobs"): "Job"}
-# The informer of each optional feature's kinds (runtime/kinds.py), not started without the feature.
-FEATURE_KINDS = {
-    NODE_SIGNALS: ("Node",),
-    API_DISCOVERY: ("ServiceAccount", "Role", "RoleBinding"),
-    DISRUPTION_BUDGETS: ("PodDisruptionBudget",),
-}
 # Features an elastic job is told about when they are off.
 ELASTIC_FEATURES = (NODE_SIGNALS, API_DISCOVERY, DISRUPTION_BUDGETS)
 
@@ -113,9 +107,6 @@ class Grants:
             for (group, resource), kind in UPDATABLE.items()
             if (group, resource, "patch") in self.denied and (group, resource, "update") not in self.denied
         )
-
-    def unwatched_kinds(self) -> frozenset[str]:
-        return frozenset(k for f in self.off() for k in FEATURE_KINDS[f])
 
     def elastic_message(self) -> str:
         """What an elastic job is told, or "" when nothing it uses is off."""
