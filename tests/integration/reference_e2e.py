@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from cannot_run import cannot_run
 from reference_operator import REFERENCE
-from test_real_node import record
+from test_real_node import kubectl, record
 
 from mpijob_testbed import cluster, extras
 from mpijob_testbed.errors import TestbedError
@@ -171,9 +171,7 @@ def run_in_two(
     Volcano context runs between the two; here it is skipped. Returns the worse exit code and every spec,
     each with its state from the run that did not skip it."""
     first = run_suite(binary, tb, images, [*skip, ALONE], out_dir)
-    ns, name = "mpi-operator", "mpi-operator"
-    subprocess.run([str(resolve_bin_dir(None) / "kubectl"), f"--kubeconfig={tb.kubeconfig}", "-n", ns, "rollout",
-                    "status", f"deployment/{name}", "--timeout=180s"], check=True, capture_output=True)  # fmt: skip
+    kubectl(tb, "-n", "mpi-operator", "rollout", "status", "deployment/mpi-operator", "--timeout=180s", timeout=200)
     second = run_suite(binary, tb, images, skip, out_dir, focus=ALONE)
     specs = {s.name: s for s in read_report(out_dir / "junit.xml")}
     for spec in read_report(out_dir / f"junit{_file(ALONE)}.xml"):

@@ -4,6 +4,9 @@ examples/v2beta1/), loaded as it ships them, with only what this testbed cannot 
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,11 +14,28 @@ from typing import Any
 import yaml
 
 Obj = dict[str, Any]
-VERSION = "v0.8.2"
+MODULE = "github.com/kubeflow/mpi-operator"
+VERSION = "v0.8.2"  # bench/reference/go.mod's (tests/unit/test_reference_examples.py checks)
+REPO = Path(__file__).resolve().parents[2]
 UPSTREAM_DIR = "examples/v2beta1"
 HERE = Path(__file__).parent / "data" / "reference-examples" / "v2beta1"
 # The examples this testbed can run (see data/reference-examples/README.md for the others).
 RUNNABLE = ("pi/pi.yaml", "pi/pi-mpich.yaml", "pi/pi-intel.yaml")
+
+
+def module_dir() -> Path:
+    """The reference's module at VERSION, from the Go module cache (the Go module proxy the first time)."""
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
+    out = subprocess.run(
+        ["go", "mod", "download", "-json", f"{MODULE}@{VERSION}"],
+        cwd=REPO / "bench" / "reference",
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=600,
+    )
+    return Path(json.loads(out.stdout)["Dir"])
 
 
 def load(path: str) -> Obj:

@@ -4,32 +4,12 @@ applies (docs/migration.md, "Swap the image")."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-from pathlib import Path
+from reference_examples import module_dir
 
-REPO = Path(__file__).resolve().parents[2]
-MODULE = "github.com/kubeflow/mpi-operator"
 REFERENCE_IMAGE = "image: mpioperator/mpi-operator:0.8.2"
 NAMESPACE = "mpi-operator"
 DEPLOYMENT = "mpi-operator"
 LEASE = "mpi-operator"
-
-
-def module_dir() -> Path:
-    """The module bench/reference/go.mod pins, from the Go module cache (the proxy the first time)."""
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
-    out = subprocess.run(
-        ["go", "mod", "download", "-json", MODULE],
-        cwd=REPO / "bench" / "reference",
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-        timeout=600,
-    )
-    return Path(json.loads(out.stdout)["Dir"])
 
 
 def swapped_install(image: str) -> str:

@@ -607,18 +607,13 @@ async def test_a_real_mpirun_job_started_under_the_reference_keeps_running_acros
         await kube.create(pi_job(job, mpi_images["openmpi4"], slow))
         await eventually(lambda: _ranks_started(tb, kube, job), within=180, interval=1, what="mpirun's ranks sleeping")
         reference.stop()
-        pods = {
-            p["metadata"]["name"]: p["metadata"]["uid"]
-            for p in await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}")
-        }
+        pods = await _pod_uids(kube, job)
     finally:
         reference.stop()
         await install_crd(str(tb.kubeconfig))
         rn_operator.start()
     await assert_pi_ran_across_workers(tb, kube, job, 2)
-    after = {
-        p["metadata"]["name"]: p["metadata"]["uid"] for p in await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}")
-    }
+    after = await _pod_uids(kube, job)
     assert after == pods, (pods, after)
 
 
@@ -642,6 +637,7 @@ async def _ranks_started(tb: cluster.Testbed, kube: Kube, job: str) -> bool:
 
 OPERATOR_IMAGE = "mpijob.local/mpijob-operator:testbed"
 IMAGE_DIR = Path(os.environ.get("MPIJOB_IMAGE_DIR", repo_root() / ".cache" / "image"))
+CRD_FILE = "deploy/crd/kubeflow.org_mpijobs.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -680,12 +676,17 @@ def operator_as_reference_pod(
         rn_operator.start()
 
 
-CRD_FILE = "deploy/crd/kubeflow.org_mpijobs.yaml"
-
-
-def _rolled_out(tb: cluster.Testbed) -> None:
-    ns, name = reference_install.NAMESPACE, reference_install.DEPLOYMENT
+def _rolled_out(
+    tb: cluster.Testbed, ns: str = reference_install.NAMESPACE, name: str = reference_install.DEPLOYMENT
+) -> None:
     kubectl(tb, "-n", ns, "rollout", "status", f"deployment/{name}", "--timeout=180s", timeout=200)
+
+
+async def _pod_uids(kube: Kube, job: str) -> dict[str, str]:
+    """name -> uid of every pod of the job: what "no pod replaced" compares."""
+    return {
+        p["metadata"]["name"]: p["metadata"]["uid"] for p in await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}")
+    }
 
 
 def _operator_pods(tb: cluster.Testbed) -> list[Obj]:
@@ -746,9 +747,7 @@ async def test_two_operator_pods_fail_over_when_the_leader_is_deleted_and_the_ru
     slow = "mpirun --allow-run-as-root -n 2 sh -c 'sleep 25; exec /home/mpiuser/pi'"
     await kube.create(pi_job(job, mpi_images["openmpi4"], slow))
     await eventually(lambda: _ranks_started(tb, kube, job), within=180, interval=1, what="mpirun's ranks sleeping")
-    pods = {
-        p["metadata"]["name"]: p["metadata"]["uid"] for p in await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}")
-    }
+    pods = await _pod_uids(kube, job)
     leader = _leader(tb)
     assert leader in {p["metadata"]["name"] for p in _operator_pods(tb)}, leader
     started = time.monotonic()
@@ -761,9 +760,7 @@ async def test_two_operator_pods_fail_over_when_the_leader_is_deleted_and_the_ru
     await eventually(taken_over, within=90, interval=0.5, what="the other pod taking the Lease")
     record(operator_pod_failover_s=round(time.monotonic() - started, 1))
     await assert_pi_ran_across_workers(tb, kube, job, 2)
-    after = {
-        p["metadata"]["name"]: p["metadata"]["uid"] for p in await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}")
-    }
+    after = await _pod_uids(kube, job)
     assert after == pods, (pods, after)
 
 
@@ -830,19 +827,16 @@ async def test_a_helm_upgrade_to_another_image_disturbs_no_running_job_and_the_n
     try:
         helm("install", release, chart, kubeconfig, "-n", ns, "--create-namespace",
              f"--set=image.repository={repository}", f"--set=image.tag={previous_tag}")  # fmt: skip
-        kubectl(tb, "-n", ns, "rollout", "status", "deployment/mpijob-operator", "--timeout=180s", timeout=200)
+        _rolled_out(tb, ns, "mpijob-operator")
         job = "upgraded"
         body = pi_job(job, mpi_images["openmpi4"], "sleep 600", workers=3)
         body["spec"]["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": 3, "scaleInGracePeriodSeconds": 1}
         await kube.create(body)
         await eventually(lambda: _all_running(kube, job, 3), within=180, interval=1, what="3 workers Running")
-        before = {
-            p["metadata"]["name"]: p["metadata"]["uid"]
-            for p in await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}")
-        }
+        before = await _pod_uids(kube, job)
         helm("upgrade", release, chart, kubeconfig, "-n", ns, "--reuse-values",
              f"--set=image.tag={operator_image.rsplit(':', 1)[1]}")  # fmt: skip
-        kubectl(tb, "-n", ns, "rollout", "status", "deployment/mpijob-operator", "--timeout=180s", timeout=200)
+        _rolled_out(tb, ns, "mpijob-operator")
         [pod] = [p for p in json.loads(kubectl(tb, "-n", ns, "get", "pods", "-o", "json"))["items"]
                  if not p["metadata"].get("deletionTimestamp")]  # fmt: skip
         assert pod["spec"]["containers"][0]["image"] == operator_image
@@ -853,10 +847,7 @@ async def test_a_helm_upgrade_to_another_image_disturbs_no_running_job_and_the_n
 
         await eventually(new_pod_leads, within=90, interval=1, what="the upgraded pod leading")
         await asyncio.sleep(5)  # the new leader's first passes over the job
-        after = {
-            p["metadata"]["name"]: p["metadata"]["uid"]
-            for p in await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job}")
-        }
+        after = await _pod_uids(kube, job)
         assert after == before, (before, after)
         victim = c.worker_name(job, 1)
         await kube.patch_job(

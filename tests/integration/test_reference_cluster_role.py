@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import reference_install
+import reference_examples
 import yaml
 from kube import Kube, eventually, has_condition, live, mpijob
 from kubernetes_asyncio.client import ApiClient
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.integration
 
 
 def reference_cluster_role() -> dict[str, Any]:
-    path = reference_install.module_dir() / "manifests/base/cluster-role.yaml"
+    path = reference_examples.module_dir() / "manifests/base/cluster-role.yaml"
     role: dict[str, Any] = next(
         d for d in yaml.safe_load_all(path.read_text()) if d and d["metadata"]["name"] == "mpi-operator"
     )

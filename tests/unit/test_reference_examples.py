@@ -4,9 +4,6 @@ the integration tests run them with only the image (and a pull policy the testbe
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -15,7 +12,6 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-MODULE = "github.com/kubeflow/mpi-operator"
 
 
 def _examples() -> ModuleType:
@@ -31,19 +27,7 @@ examples = _examples()
 
 
 def _upstream_dir() -> Path:
-    """The reference's module, as bench/reference/go.mod pins it, from the Go module cache (downloaded
-    from the Go module proxy the first time)."""
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
-    out = subprocess.run(
-        ["go", "mod", "download", "-json", f"{MODULE}@{examples.VERSION}"],
-        cwd=REPO / "bench" / "reference",
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-        timeout=600,
-    )
-    return Path(json.loads(out.stdout)["Dir"])
+    return Path(examples.module_dir())
 
 
 def _differences(a: Any, b: Any, path: str = "") -> list[str]:
@@ -57,7 +41,7 @@ def _differences(a: Any, b: Any, path: str = "") -> list[str]:
 
 def test_the_pinned_version_is_the_one_the_reference_build_uses() -> None:
     go_mod = (REPO / "bench" / "reference" / "go.mod").read_text()
-    assert f"{MODULE} {examples.VERSION}" in go_mod
+    assert f"{examples.MODULE} {examples.VERSION}" in go_mod
 
 
 @pytest.mark.parametrize("path", examples.RUNNABLE)
