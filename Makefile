@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration system-deps testbed testbed-node testbed-extras testbed-prometheus chart-files e2e helm bench compare crd docs bundle plugin-archive lock image clean chaos soak
+.PHONY: demo test lint unit integration system-deps testbed testbed-node testbed-extras testbed-prometheus chart-files e2e e2e-reference helm bench compare crd docs bundle plugin-archive lock image clean chaos soak
 TESTBED_BIN ?= $(or $(MPIJOB_TESTBED_BIN),.cache/testbed/bin)
 
 # The operator with its dev tools, and the development testbed (its own distribution: testbed/pyproject.toml).
@@ -36,6 +36,12 @@ testbed-node: system-deps
 # among them, in test_real_node_mpi.py); a machine that cannot run a real node fails here instead of skipping.
 e2e: system-deps $(STAMP) testbed helm image
 	MPIJOB_REQUIRE_REAL_NODE=1 $(BIN)/pytest tests/integration/test_real_node.py tests/integration/test_real_node_mpi.py tests/integration/test_real_node_horovod.py -q -p no:cacheprovider
+
+# The reference's e2e suite side by side: under mpijob (as in `make test`), then under the reference operator
+# itself (its install file unchanged, its image from bench/reference/build-image.sh); prints the spec-by-spec
+# table docs/results.md shows. Not in `make test`: the second run takes minutes and proves nothing of ours.
+e2e-reference: system-deps $(STAMP) testbed helm image
+	MPIJOB_REQUIRE_REAL_NODE=1 $(BIN)/pytest tests/integration/test_real_node_mpi.py -m "sidebyside or not sidebyside" -k reference_e2e_suite -q -s -p no:cacheprovider
 
 # Kueue and the coscheduling scheduler for tests/integration/test_scheduling.py (docs/scheduling.md). A
 # failed build stops CI (CI=true); elsewhere those tests then skip and say why.

@@ -11,10 +11,12 @@ placed on both nodes, and `pi` printed its known value.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -26,6 +28,8 @@ from typing import Any
 import pytest
 import reference_examples
 import reference_install
+import reference_operator
+import yaml
 from cannot_run import cannot_run
 from kube import API_VERSION, Kube, eventually, has_condition, job_has, mpijob, operator_caught_up
 from operator_harness import OperatorProcess
@@ -35,6 +39,7 @@ from reference_e2e import (  # noqa: F401
     scheduler_plugins,
     suite_binary,
     test_the_reference_e2e_suite_passes_every_spec_the_testbed_can_host_against_mpijob,
+    test_the_reference_e2e_suite_passes_the_same_specs_under_the_reference_operator_itself,
 )
 from reference_operator import Reference, put_reference_crd, reference_built
 from test_real_node import (  # noqa: F401
@@ -651,6 +656,33 @@ def operator_image(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> str:
     return OPERATOR_IMAGE
 
 
+@contextlib.contextmanager
+def installed_as_pods(
+    tb: cluster.Testbed,
+    rn_operator: OperatorProcess,  # noqa: F811
+    install: str,
+    our_crd: bool = True,
+) -> Iterator[None]:
+    """An install file applied as a user applies it (server-side), then our CRD (the migration guide's order)
+    unless `our_crd` is off; the host operator stopped meanwhile. On the way out, everything the file made but
+    the CRD goes (deleting a CRD would take every MPIJob with it), our CRD is put back and the host operator
+    restarted."""
+    rn_operator.stop()
+    try:
+        kubectl(tb, "apply", "--server-side", "--force-conflicts", "-f", "-", input_text=install)
+        if our_crd:
+            kubectl(tb, "apply", "--server-side", "--force-conflicts", "-f", str(repo_root() / CRD_FILE))
+        yield
+    finally:
+        kept = [d for d in yaml.safe_load_all(install) if d and d.get("kind") != "CustomResourceDefinition"]
+        kubectl(tb, "delete", "--ignore-not-found", "--wait=true", "-f", "-", input_text=yaml.safe_dump_all(kept),
+                timeout=180)  # fmt: skip
+        # In a thread of its own: an async test's teardown runs inside the event loop.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, install_crd(str(tb.kubeconfig))).result()
+        rn_operator.start()
+
+
 @pytest.fixture
 def operator_as_reference_pod(
     real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
@@ -658,22 +690,34 @@ def operator_as_reference_pod(
     operator_image: str,
     unchanged_pods_land_on_real_nodes: None,
 ) -> Iterator[str]:
-    """The reference's install file applied as a user applies it, its image swapped, then our CRD (the
-    migration guide's order); the host operator stopped meanwhile. Yields the install's text."""
+    """The reference's install file applied as a user applies it, its image swapped to mpijob's. Yields the
+    install's text once the Deployment is rolled out."""
     tb = real_testbed[0]
     install = reference_install.swapped_install(operator_image)
-    rn_operator.stop()
-    try:
-        kubectl(tb, "apply", "--server-side", "--force-conflicts", "-f", "-", input_text=install)
-        kubectl(tb, "apply", "--server-side", "--force-conflicts", "-f", str(repo_root() / CRD_FILE))
+    with installed_as_pods(tb, rn_operator, install):
         _rolled_out(tb)
         yield install
-    finally:
-        ns = reference_install.NAMESPACE
-        kubectl(tb, "delete", "namespace", ns, "--wait=true", "--ignore-not-found", timeout=120)
-        kubectl(tb, "delete", "clusterrolebinding,clusterrole", "mpi-operator", "--ignore-not-found")
-        asyncio.run(install_crd(str(tb.kubeconfig)))
-        rn_operator.start()
+
+
+@pytest.fixture
+def reference_operator_as_pod(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    unchanged_pods_land_on_real_nodes: None,
+) -> Iterator[str]:
+    """The reference operator itself as its install file runs it, not a line changed (its CRD too): its image,
+    built from its Go module, loaded under the name that file gives."""
+    tb = real_testbed[0]
+    build = subprocess.run(["bash", str(repo_root() / "bench" / "reference" / "build-image.sh")],
+                           capture_output=True, text=True, check=False)  # fmt: skip
+    if build.returncode != 0:
+        cannot_run(f"the reference's image does not build here: {build.stdout[-1500:]}{build.stderr[-1500:]}")
+    archive = reference_operator.REFERENCE / "image" / "mpi-operator.oci.tar"
+    load(archive, name=reference_install.REFERENCE_IMAGE_NAME, state_dir=tb.state_dir)
+    install = reference_install.install()
+    with installed_as_pods(tb, rn_operator, install, our_crd=False):
+        _rolled_out(tb)
+        yield install
 
 
 def _rolled_out(
@@ -689,15 +733,16 @@ async def _pod_uids(kube: Kube, job: str) -> dict[str, str]:
     }
 
 
-def _operator_pods(tb: cluster.Testbed) -> list[Obj]:
-    out = kubectl(tb, "-n", reference_install.NAMESPACE, "get", "pods", "-l", "app=mpi-operator", "-o", "json")
+def _operator_pods(
+    tb: cluster.Testbed, ns: str = reference_install.NAMESPACE, selector: str = "app=mpi-operator"
+) -> list[Obj]:
+    out = kubectl(tb, "-n", ns, "get", "pods", "-l", selector, "-o", "json")
     pods: list[Obj] = json.loads(out)["items"]
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
-def _leader(tb: cluster.Testbed) -> str:
-    """The pod holding the reference's Lease (identity `<hostname>_<suffix>`, the hostname is the pod's name)."""
-    ns, lease = reference_install.NAMESPACE, reference_install.LEASE
+def _leader(tb: cluster.Testbed, ns: str = reference_install.NAMESPACE, lease: str = reference_install.LEASE) -> str:
+    """The pod holding a Lease (identity `<hostname>_<suffix>`, the hostname is the pod's name)."""
     holder = kubectl(tb, "-n", ns, "get", "lease", lease, "-o", "jsonpath={.spec.holderIdentity}")
     return holder.rsplit("_", 1)[0]
 
@@ -762,6 +807,78 @@ async def test_two_operator_pods_fail_over_when_the_leader_is_deleted_and_the_ru
     await assert_pi_ran_across_workers(tb, kube, job, 2)
     after = await _pod_uids(kube, job)
     assert after == pods, (pods, after)
+
+
+OUR_NAMESPACE, OUR_DEPLOYMENT, OUR_SELECTOR = (
+    "mpijob-system",
+    "mpijob-operator",
+    "app.kubernetes.io/name=mpijob-operator",
+)
+
+
+def _base_image() -> str:
+    """The operator image deploy/base names (what a user's kustomize `images:` entry overrides)."""
+    deployment = yaml.safe_load((repo_root() / "deploy" / "base" / "deployment.yaml").read_text())
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    return str(container["image"]).rsplit(":", 1)[0]
+
+
+def bundle_with_image(image: str) -> str:
+    """deploy/mpijob-operator.yaml (`make bundle`) with its one image line set, as a user edits it."""
+    text = (repo_root() / "deploy" / "mpijob-operator.yaml").read_text()
+    [line] = re.findall(r"^ *image: .*$", text, re.MULTILINE)
+    return text.replace(line, line[: line.index("image:")] + f"image: {image}")
+
+
+def ha_overlay_with_image(tb: cluster.Testbed, image: str, where: Path) -> str:
+    """deploy/overlays/ha through a user's own overlay that sets the image (kustomize's `images:`), rendered
+    by the testbed's `kubectl kustomize` as `kubectl apply -k` renders it."""
+    shutil.copytree(repo_root() / "deploy", where / "deploy")
+    name, tag = image.rsplit(":", 1)
+    overlay = {
+        "resources": ["../deploy/overlays/ha"],
+        "images": [{"name": _base_image(), "newName": name, "newTag": tag}],
+    }
+    (where / "mine").mkdir()
+    (where / "mine" / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    return kubectl(tb, "kustomize", str(where / "mine"))
+
+
+@pytest.mark.parametrize(("path", "replicas"), [("bundle", 1), ("ha-overlay", 2)])
+async def test_our_bundle_and_ha_overlay_run_the_image_as_pods_that_lead_and_run_pi(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    rn_kube: Kube,  # noqa: F811
+    rn_operator: OperatorProcess,  # noqa: F811
+    mpi_images: dict[str, str],
+    operator_image: str,
+    unchanged_pods_land_on_real_nodes: None,
+    tmp_path: Path,
+    path: str,
+    replicas: int,
+) -> None:
+    """Our two other install paths with only the image set as a user sets it: the bundle (one replica) and the
+    HA overlay (two, spread over the nodes; a PodDisruptionBudget). Their pods run on the real nodes under the
+    restricted security context (non-root, read-only root filesystem) with in-cluster config and our own RBAC;
+    one holds the Lease, and a pi job Succeeds with its ranks on both nodes."""
+    tb, kube = real_testbed[0], rn_kube
+    text = (
+        bundle_with_image(operator_image) if path == "bundle" else ha_overlay_with_image(tb, operator_image, tmp_path)
+    )
+    with installed_as_pods(tb, rn_operator, text):
+        _rolled_out(tb, OUR_NAMESPACE, OUR_DEPLOYMENT)
+        pods = _operator_pods(tb, OUR_NAMESPACE, OUR_SELECTOR)
+        assert len(pods) == replicas, [p["metadata"]["name"] for p in pods]
+        placed = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods}
+        assert set(placed.values()) <= set(realnode.node_names(REAL_NODES)), placed
+        record(**{f"operator_pods_{path}": placed})
+
+        async def one_leads() -> bool:
+            return _leader(tb, OUR_NAMESPACE, OUR_DEPLOYMENT) in placed
+
+        await eventually(one_leads, within=60, what="an operator pod leading")
+        job = f"pi-{path}"
+        await kube.create(pi_job(job, mpi_images["openmpi4"], mpirun(2, "--allow-run-as-root")))
+        await assert_pi_ran_across_workers(tb, kube, job, 2)
 
 
 # The source of the image a `helm upgrade` starts from: this project before issue 40 (a real older operator).
