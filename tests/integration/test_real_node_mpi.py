@@ -29,6 +29,7 @@ import reference_install
 from cannot_run import cannot_run
 from kube import API_VERSION, Kube, eventually, has_condition, job_has, mpijob, operator_caught_up
 from operator_harness import OperatorProcess
+from previous_version import PREVIOUS_SOURCE  # the source of the image a `helm upgrade` starts from
 
 # The reference's own e2e suite, run on this module's testbed, operator and images (reference_e2e.py).
 from reference_e2e import (  # noqa: F401
@@ -764,8 +765,6 @@ async def test_two_operator_pods_fail_over_when_the_leader_is_deleted_and_the_ru
     assert after == pods, (pods, after)
 
 
-# The source of the image a `helm upgrade` starts from: this project before issue 40 (a real older operator).
-PREVIOUS_SOURCE = "c00bfe5"
 HELM = Path(os.environ.get("MPIJOB_HELM_BIN", repo_root() / ".cache" / "helm" / "bin")) / "helm"
 
 
