@@ -134,9 +134,11 @@ def test_a_wrong_flag_or_value_is_one_line_naming_it_and_exits_2(command: list[s
 
 
 def test_a_testbed_that_cannot_do_its_step_says_why_in_one_line(tmp_path: Path) -> None:
-    archive = tmp_path / "no-such-image.tar"
-    code, line = run("mpijob-testbed", "load", str(archive), "--dir", str(tmp_path / "no-testbed"))
+    archive, state = tmp_path / "no-such-image.tar", tmp_path / "no-testbed"
+    code, line = run("mpijob-testbed", "load", str(archive), "--dir", str(state))
     assert code == 1 and str(archive) in line, line
+    code, line = run("mpijob-testbed", "kubeconfig", "--dir", str(state))  # no testbed: no kubeconfig yet
+    assert code == 1 and str(state / "kubeconfig") in line and "mpijob-testbed up" in line, line
 
 
 def test_a_bug_keeps_its_traceback_and_its_own_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
