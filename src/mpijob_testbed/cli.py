@@ -7,7 +7,8 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from mpijob_testbed import cluster, demo, load, realnode
+from mpijob.cli.errors import OneLineParser, run_program
+from mpijob_testbed import cluster, demo, extras, load, realnode
 from mpijob_testbed.build import run_build
 from mpijob_testbed.client import kubeconfig_path
 from mpijob_testbed.errors import TestbedError
@@ -16,19 +17,6 @@ from mpijob_testbed.paths import ENV_BIN_DIR, ENV_STATE_DIR, resolve_bin_dir
 
 def _echo(message: str) -> None:
     print(message, flush=True)
-
-
-def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Turn TestbedError into a one-paragraph message and exit code 1 instead of a traceback."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return func(args)
-        except TestbedError as exc:
-            print(f"mpijob-testbed: {exc}", file=sys.stderr, flush=True)
-            return 1
-
-    return run
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -84,8 +72,29 @@ def _load(args: argparse.Namespace) -> int:
     return 0
 
 
+def _count(low: int, high: int | None = None) -> Callable[[str], int]:
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+        if number < low or (high is not None and number > high):
+            bounds = f"{low} or more" if high is None else f"{low} to {high}"
+            raise argparse.ArgumentTypeError(f"must be {bounds}, not {value}")
+        return number
+
+    return parse
+
+
+def _components(value: str) -> str:
+    try:
+        return ",".join(extras.parse_with(value))
+    except TestbedError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--with ")) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mpijob-testbed", description=__doc__)
+    parser = OneLineParser(prog="mpijob-testbed", description=__doc__)
     commands = parser.add_subparsers(dest="testbed_command", required=True)
 
     def with_dir(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -98,18 +107,19 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = with_bin_dir(commands.add_parser("build", help="build the control-plane binaries (testbed/build.sh)"))
-    p.set_defaults(func=_guarded(_build))
+    p.set_defaults(func=(_build))
 
     p = with_bin_dir(with_dir(commands.add_parser("up", help="start the testbed (or add nodes to the running one)")))
     p.add_argument(
         "--nodes",
-        type=int,
+        type=_count(0),
         default=cluster.DEFAULT_NODES,
         help=f"fake nodes node-1..node-N (default {cluster.DEFAULT_NODES}); existing ones are kept",
     )
     p.add_argument(
         "--with",
         dest="with_",
+        type=_components,
         default="",
         help="opt-in components, comma-separated: kueue, coscheduling (built from their Go modules by "
         "testbed/extras/build.sh on first use), prometheus (testbed/prometheus/build.sh; scrapes the operator "
@@ -122,22 +132,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--real-nodes",
-        type=int,
+        type=_count(0, realnode.MAX_REAL_NODES),
         default=0,
         metavar="N",
         help="run N real nodes real-1..real-N instead (each its own containerd + kubelet on this host; "
         f"at most {realnode.MAX_REAL_NODES}; see docs/testbed.md)",
     )
-    p.set_defaults(func=_guarded(_up))
+    p.set_defaults(func=(_up))
 
     p = with_dir(commands.add_parser("down", help="stop every testbed process and delete the state directory"))
-    p.set_defaults(func=_guarded(_down))
+    p.set_defaults(func=(_down))
 
     p = with_dir(commands.add_parser("status", help="show components, pids and nodes (exit 1 if not running)"))
-    p.set_defaults(func=_guarded(_status))
+    p.set_defaults(func=(_status))
 
     p = with_dir(commands.add_parser("kubeconfig", help="print the path of the testbed's admin kubeconfig"))
-    p.set_defaults(func=_guarded(_kubeconfig))
+    p.set_defaults(func=(_kubeconfig))
 
     p = with_dir(
         commands.add_parser(
@@ -152,13 +162,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the name pods use for it (needed when the archive names no image; overrides the archive's)",
     )
-    p.set_defaults(func=_guarded(_load))
+    p.set_defaults(func=(_load))
 
     demo.register(commands)
     return parser
 
 
+def _run(args: argparse.Namespace) -> int:
+    """A testbed step that failed is a paragraph naming the component and its log, and exit code 1."""
+    try:
+        return int(args.func(args))
+    except TestbedError as exc:
+        print(f"mpijob-testbed: {exc}", file=sys.stderr, flush=True)
+        return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
-    return code
+    return run_program(lambda: _run(args), prog="mpijob-testbed")

@@ -86,7 +86,7 @@ async def test_kubectl_mpijob_has_kubectls_habits(kube: Kube, api: ApiClient, ku
         # --context switches the namespace with it; -n wins over the context's.
         rc, out, err = await _kubectl(config, "mpijob", "--context", "other", "status", job)
         assert rc == 1 and out == "", out
-        assert err.strip() == f'error: mpijobs.kubeflow.org "{job}" not found', err
+        assert err.strip() == f"error: MPIJob default/{job} not found", err
         rc, out, err = await _kubectl(config, "mpijob", "status", job, "--context", "other", "-n", kube.ns)
         assert rc == 0, err
 

@@ -33,6 +33,7 @@ import yaml
 from cannot_run import cannot_run
 from kube import API_VERSION, Kube, eventually, has_condition, job_has, mpijob, operator_caught_up
 from operator_harness import OperatorProcess
+from previous_version import PREVIOUS_SOURCE  # the source of the image a `helm upgrade` starts from
 
 # The reference's own e2e suite, run on this module's testbed, operator and images (reference_e2e.py).
 from reference_e2e import (  # noqa: F401
@@ -881,8 +882,6 @@ async def test_our_bundle_and_ha_overlay_run_the_image_as_pods_that_lead_and_run
         await assert_pi_ran_across_workers(tb, kube, job, 2)
 
 
-# The source of the image a `helm upgrade` starts from: this project before issue 40 (a real older operator).
-PREVIOUS_SOURCE = "c00bfe5"
 HELM = Path(os.environ.get("MPIJOB_HELM_BIN", repo_root() / ".cache" / "helm" / "bin")) / "helm"
 
 

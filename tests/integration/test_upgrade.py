@@ -1,6 +1,6 @@
-"""Upgrading mpijob itself while jobs run: the operator of the previous commit (its `src/`, taken from git)
-runs jobs, then is replaced by this checkout's, as a rolling update of the Deployment would do. No job is
-disturbed, and the new operator serves them (an elastic scale-in by name), under the shipped RBAC."""
+"""Upgrading mpijob itself while jobs run: the operator of a named earlier version (its `src/`, taken from git:
+previous_version.py) runs jobs, then is replaced by this checkout's, as a rolling update of the Deployment would
+do. No job is disturbed, and the new operator serves them (an elastic scale-in by name), under the shipped RBAC."""
 
 from __future__ import annotations
 
@@ -8,30 +8,14 @@ import asyncio
 import os
 import subprocess
 import sys
-import tarfile
-from io import BytesIO
 from pathlib import Path
 
 import pytest
-from cannot_run import cannot_run
 from kube import Kube, eventually, has_condition, live, mpijob
 from operator_harness import OperatorProcess
+from previous_version import changed_sources, previous_commit, previous_tree
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def previous_source(into: Path) -> tuple[str, Path]:
-    """The first parent's `src/` (git archive), and its commit."""
-    rev = subprocess.run(["git", "rev-parse", "HEAD^"], cwd=REPO, capture_output=True, text=True, check=False)
-    if rev.returncode != 0:
-        cannot_run(f"no previous commit to upgrade from (a shallow clone?): {rev.stderr.strip()}")
-    commit = rev.stdout.strip()
-    archive = subprocess.run(["git", "archive", commit, "src"], cwd=REPO, capture_output=True, check=True)
-    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
-        tar.extractall(into, filter="data")
-    return commit, into / "src"
 
 
 def imported_from(env: dict[str, str]) -> str:
@@ -54,10 +38,13 @@ async def children(kube: Kube) -> dict[tuple[str, str], str]:
     return out
 
 
-async def test_an_upgrade_from_the_previous_commit_disturbs_no_running_job(
+async def test_an_upgrade_from_an_earlier_version_disturbs_no_running_job(
     kube: Kube, operator_kubeconfig: Path, running_operator: OperatorProcess, tmp_path: Path
 ) -> None:
-    commit, src = previous_source(tmp_path / "previous")
+    commit = previous_commit()
+    changed = changed_sources(commit)
+    assert changed, f"{commit}'s src/ is this checkout's: restarting the same code would upgrade nothing"
+    src = previous_tree(tmp_path / "previous", "src") / "src"
     env = {"PYTHONPATH": str(src)}
     assert imported_from(env).startswith(str(src)), f"the old operator would not run {commit}'s code"
     old = OperatorProcess(operator_kubeconfig, tmp_path, ("--namespace", kube.ns), env=env)

@@ -1,5 +1,5 @@
 """kubectl's habits in the CLI that need no cluster: namespace resolution, option placement, completion
-of static words, one-line errors."""
+of static words (one-line errors: test_cli_errors.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mpijob.cli.kube import error_line, resolve_namespace
+from mpijob.cli.kube import resolve_namespace
 from mpijob.cli.plugin import candidates, hoist_global_options
-from mpijob.executor.client import ApiError
 
 
 def _config(path: Path, current: str | None, contexts: dict[str, str | None]) -> Path:
@@ -60,12 +59,3 @@ def test_static_completions() -> None:
     assert candidates(["sc"]) == ["scale", "scale-in"]
     assert candidates(["status", "j", "-o", ""]) == ["json", "yaml", "wide"]
     assert "--wait" in candidates(["scale-in", "j", "--w"])
-
-
-def test_api_errors_are_one_line_with_the_servers_message() -> None:
-    body = '{"kind":"Status","message":"mpijobs.kubeflow.org \\"x\\" not found","code":404}'
-    assert error_line(ApiError(404, "Not Found", body)) == 'error: mpijobs.kubeflow.org "x" not found'
-    assert error_line(ApiError(500, "Internal", "<html>\n<body>")) == "error: 500 Internal"
-    assert (
-        error_line(OSError("Cannot connect to host 127.0.0.1:1\nmore")) == "error: Cannot connect to host 127.0.0.1:1"
-    )

@@ -13,7 +13,8 @@ import yaml
 
 from mpijob.api import constants as c
 from mpijob.cli import history
-from mpijob.cli.kube import client, job_path, resolve_namespace, run_command, worker_pods
+from mpijob.cli.errors import CommandError
+from mpijob.cli.kube import client, get_job, job_path, missing_job, resolve_namespace, run_command, worker_pods
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import object_path
 from mpijob.planner.discovery import listed_lines
@@ -72,11 +73,11 @@ async def scale_in(
     Returns (old replicas, new replicas, names added). Retries on a concurrent change.
     """
     for _ in range(5):
-        obj = await kube.get(job_path(namespace, job))
+        obj = await get_job(kube, namespace, job)
         spec = obj["spec"]
         elastic = spec.get("elasticPolicy")
         if elastic is None:
-            raise SystemExit(f"MPIJob {namespace}/{job} has no spec.elasticPolicy; targeted scale-in needs one")
+            raise CommandError(f"MPIJob {namespace}/{job} has no spec.elasticPolicy; targeted scale-in needs one")
         # Only serving workers of this very job count: lowering replicas for a typo, a pod that is already
         # leaving or a pod of someone else would make the operator remove some other, healthy worker.
         serving = {
@@ -90,11 +91,11 @@ async def scale_in(
         if node is not None:
             workers = [n for n, p in serving.items() if (p.get("spec") or {}).get("nodeName") == node]
             if not workers:
-                raise SystemExit(f"no serving worker of {namespace}/{job} runs on node {node}")
+                raise CommandError(f"no serving worker of {namespace}/{job} runs on node {node}")
         assert workers is not None
         unknown = [w for w in workers if w not in serving]
         if unknown:
-            raise SystemExit(
+            raise CommandError(
                 f"not serving workers of {namespace}/{job} (no such pod, not this job's, or already leaving): "
                 + ", ".join(unknown)
             )
@@ -112,7 +113,7 @@ async def scale_in(
         new = replicas if replace or kueue else replicas - len(added)
         floor = int(elastic.get("minReplicas", 1))
         if new < floor:
-            raise SystemExit(
+            raise CommandError(
                 f"removing {len(added)} workers would take replicas to {new}, below minReplicas {floor}; "
                 "use --replace to drain and replace instead"
             )
@@ -130,7 +131,7 @@ async def scale_in(
                 continue
             raise
         return replicas, new, added
-    raise SystemExit("the MPIJob kept changing; try again")
+    raise CommandError("the MPIJob kept changing; try again")
 
 
 async def _scale_in(args: argparse.Namespace) -> int:
@@ -186,7 +187,12 @@ async def wait_gone(kube: Client, namespace: str, job: str, victims: list[str], 
 async def _scale(args: argparse.Namespace) -> int:
     ns = _ns(args)
     async with client(args.kubeconfig, args.context) as kube:
-        result = await kube.merge_patch(job_path(ns, args.job, "scale"), {"spec": {"replicas": args.replicas}})
+        try:
+            result = await kube.merge_patch(job_path(ns, args.job, "scale"), {"spec": {"replicas": args.replicas}})
+        except ApiError as err:
+            if err.status == 404:
+                raise missing_job(err, ns, args.job) from err
+            raise
     if args.output in ("json", "yaml"):
         _dump(result, args.output)
     else:
@@ -238,7 +244,7 @@ def pod_table(pods: list[dict[str, Any]], job: str, wide: bool = False) -> str:
 async def _status(args: argparse.Namespace) -> int:
     ns = _ns(args)
     async with client(args.kubeconfig, args.context) as kube:
-        obj = await kube.get(job_path(ns, args.job))
+        obj = await get_job(kube, ns, args.job)
         pods = await worker_pods(kube, ns, args.job)
         try:
             cm = await kube.get(object_path("v1", "ConfigMap", ns, c.config_map_name(args.job)))

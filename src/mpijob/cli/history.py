@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mpijob.api import constants as c
-from mpijob.cli.kube import client, job_path, run_command, worker_pods
+from mpijob.cli.kube import client, get_job, run_command, worker_pods
 from mpijob.executor.resources import collection_path
 
 # Event reason -> what happened to the job's size, for the reasons the elastic code writes.
@@ -144,7 +144,7 @@ async def _history(args: argparse.Namespace) -> int:
 
     ns = _ns(args)
     async with client(args.kubeconfig, args.context) as kube:
-        obj = await kube.get(job_path(ns, args.job))
+        obj = await get_job(kube, ns, args.job)
         selector = f"involvedObject.kind=MPIJob,involvedObject.name={args.job}"
         listing = await kube.request("GET", collection_path("v1", "Event", ns), query=[("fieldSelector", selector)])
         pods = await worker_pods(kube, ns, args.job)

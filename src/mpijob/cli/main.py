@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from importlib.metadata import version
 
 from mpijob.cli import reference_flags
+from mpijob.cli.errors import EXIT_USAGE, OneLineParser, run_program
 
 # Each module registers its sub-commands and sets `func` (args -> exit code) on its parsers.
 # The development testbed and the demo are a separate command (`mpijob-testbed`, package mpijob_testbed).
@@ -16,7 +17,7 @@ _COMMAND_MODULES = ("mpijob.cli.operator", "mpijob.cli.elastic")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mpijob", description=__doc__)
+    parser = OneLineParser(prog="mpijob", description=__doc__)
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in _COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
@@ -34,7 +35,7 @@ def _operator_argv(argv: list[str], *, reference: bool = False) -> tuple[list[st
         flags = reference_flags.translate(argv if bare else argv[1:])
     except reference_flags.FlagError as err:
         print(f"mpijob: {err}", file=sys.stderr)
-        return 2  # Go's flag package exits 2 on a bad flag
+        return EXIT_USAGE  # Go's flag package exits 2 on a bad flag
     if flags.version:
         print(f"mpijob {version('mpijob-operator')}")
         return 0
@@ -48,8 +49,7 @@ def main(argv: Sequence[str] | None = None, *, reference: bool = False) -> int:
         return translated
     args = build_parser().parse_args(translated[0])
     args.startup_notes = translated[1]
-    code: int = args.func(args)
-    return code
+    return run_program(lambda: int(args.func(args)), prog="mpijob", kubeconfig=getattr(args, "kubeconfig", None))
 
 
 def reference_main(argv: Sequence[str] | None = None) -> int:

@@ -12,6 +12,7 @@ from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
 from mpijob.api.crd import crd, crd_yaml
 from mpijob.api.models import MANAGED_BY_US
 from mpijob.api.reference import api_reference
+from mpijob.cli.kube import check_kubeconfig, reach_api_server
 from mpijob.cli.kube import client as cli_client
 from mpijob.executor.client import ApiError
 from mpijob.planner.snapshot import OperatorConfig
@@ -155,6 +156,10 @@ def register(subparsers: Any) -> None:
 
 
 def _operator(args: argparse.Namespace) -> int:
+    # A mistake in the command line's kubeconfig or server is said now, in one line; once running, the operator
+    # retries an API server that goes away, as the reference's informers do.
+    check_kubeconfig(args.kubeconfig)
+    asyncio.run(reach_api_server(args.kubeconfig, args.master))
     return operator_main(
         OperatorOptions(
             kubeconfig=args.kubeconfig,

@@ -13,6 +13,7 @@ from typing import Any
 
 from mpijob.api.models import API_VERSION
 from mpijob.cli import elastic
+from mpijob.cli.errors import OneLineParser, run_program
 from mpijob.cli.kube import client, resolve_namespace, worker_pods
 from mpijob.executor.kubeconfig import context_names
 from mpijob.executor.resources import collection_path
@@ -31,7 +32,7 @@ def package_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kubectl mpijob", description="Elastic MPIJob operations (mpijob operator)")
+    parser = OneLineParser(prog="kubectl mpijob", description="Elastic MPIJob operations (mpijob operator)")
     parser.add_argument("--version", action="version", version=f"kubectl-mpijob v{package_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     elastic.register(subparsers)
@@ -65,8 +66,8 @@ def hoist_global_options(argv: list[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(hoist_global_options(list(sys.argv[1:] if argv is None else argv)))
-    code: int = args.func(args)
-    return code
+    kubeconfig = getattr(args, "kubeconfig", None)
+    return run_program(lambda: int(args.func(args)), prog="kubectl mpijob", kubeconfig=kubeconfig)
 
 
 # -- completion --------------------------------------------------------------------------------------------
