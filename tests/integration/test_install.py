@@ -26,6 +26,8 @@ BUNDLE = REPO / "deploy/mpijob-operator.yaml"
 CHART = REPO / "deploy/helm/mpijob-operator"
 HELM = Path(os.environ.get("MPIJOB_HELM_BIN", REPO / ".cache/helm/bin")) / "helm"
 KUBE_VERSION = "1.37.2"
+# The chart renders nothing without an image (no image is published from this repository).
+IMAGE = ("--set", "image.repository=registry.example/mpijob-operator")
 
 
 def docs(text: str) -> list[dict[str, Any]]:
@@ -95,13 +97,13 @@ async def test_bundle_and_ha_overlay_apply_server_side_and_create_what_they_say(
 
 
 def test_helm_chart_lints_and_renders_the_same_crd_rbac_and_operator_flags() -> None:
-    helm("lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION)
+    helm("lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION, *IMAGE)
     base = by_kind(
         docs((REPO / "deploy/base/rbac.yaml").read_text()) + docs((REPO / "deploy/base/user-roles.yaml").read_text())
     )
     assert docs((CHART / "crds/kubeflow.org_mpijobs.yaml").read_text()) == [crd()], "run `make crd`"
 
-    default = by_kind(docs(helm("template", "r", str(CHART), "-n", "ops", "--kube-version", KUBE_VERSION)))
+    default = by_kind(docs(helm("template", "r", str(CHART), "-n", "ops", "--kube-version", KUBE_VERSION, *IMAGE)))
     for kind, name in (("ClusterRole", "mpijob-operator"), ("Role", "mpijob-operator-leader-election")):
         assert default[(kind, name)]["rules"] == base[(kind, name)]["rules"], f"chart {kind} {name} drifted"
     for role in ("mpijob-mpijobs-admin", "mpijob-mpijobs-edit", "mpijob-mpijobs-view"):
@@ -201,7 +203,7 @@ async def test_helm_rendered_objects_are_accepted_by_the_api_server(
         ("default", ()),
         ("ha", ("--set", "replicaCount=2", "--set", "watchNamespaces={team-a}", "--set", "log.format=text")),
     ):
-        rendered = helm("template", "r", str(CHART), "-n", "mpijob-system", "--kube-version", KUBE_VERSION, *extra)
+        rendered = helm("template", "r", str(CHART), "-n", "mpijob-system", "--kube-version", KUBE_VERSION, *IMAGE, *extra)
         path = tmp_path / f"{name}.yaml"
         path.write_text(rendered)
         _, out = await kubectl(
@@ -216,15 +218,15 @@ MONITORING = ("--set", "alerts.enabled=true", "--set", "dashboard.enabled=true")
 
 
 def test_helm_chart_ships_the_alert_rules_and_the_dashboard_only_when_asked() -> None:
-    helm("lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION, *MONITORING)
-    default = by_kind(docs(helm("template", "r", str(CHART), "-n", "ops", "--kube-version", KUBE_VERSION)))
+    helm("lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION, *IMAGE, *MONITORING)
+    default = by_kind(docs(helm("template", "r", str(CHART), "-n", "ops", "--kube-version", KUBE_VERSION, *IMAGE)))
     assert ("PrometheusRule", "mpijob-operator") not in default
     assert ("ConfigMap", "mpijob-operator-dashboard") not in default
 
     on = by_kind(
         docs(
             helm(
-                "template", "r", str(CHART), "-n", "ops", "--kube-version", KUBE_VERSION, *MONITORING,
+                "template", "r", str(CHART), "-n", "ops", "--kube-version", KUBE_VERSION, *IMAGE, *MONITORING,
                 "--set", "alerts.labels.release=kube-prometheus-stack",
                 "--set", "dashboard.namespace=monitoring", "--set", "dashboard.annotations.grafana_folder=MPI",
             )
@@ -268,7 +270,7 @@ async def test_helm_chart_with_alerts_dashboard_and_service_monitor_installs_aga
     whole = tmp_path / "whole.yaml"
     whole.write_text(
         helm(
-            "template", "r", str(CHART), "-n", kube.ns, "--kube-version", KUBE_VERSION, *MONITORING,
+            "template", "r", str(CHART), "-n", kube.ns, "--kube-version", KUBE_VERSION, *IMAGE, *MONITORING,
             "--set", "metrics.serviceMonitor.enabled=true",
         )
     )  # fmt: skip
@@ -279,7 +281,7 @@ async def test_helm_chart_with_alerts_dashboard_and_service_monitor_installs_aga
         assert f"{what} serverside-applied (server dry run)" in out, out
     # ...and its monitoring objects are applied for real.
     rendered = helm(
-        "template", "r", str(CHART), "-n", kube.ns, "--kube-version", KUBE_VERSION, *MONITORING,
+        "template", "r", str(CHART), "-n", kube.ns, "--kube-version", KUBE_VERSION, *IMAGE, *MONITORING,
         "--set", "metrics.serviceMonitor.enabled=true",
         "--show-only", "templates/monitoring.yaml", "--show-only", "templates/metrics.yaml",
     )  # fmt: skip
