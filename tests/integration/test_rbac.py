@@ -187,7 +187,7 @@ async def test_the_chart_with_watch_namespaces_runs_its_operator_under_roles_in_
     cluster_paths = await _apply_chart_rbac(kube, rendered, release_ns, suffix)
     account = f"system:serviceaccount:{release_ns}:mpijob-operator"
     # Nothing cluster-wide but node reads: no pods anywhere else, none listed across namespaces.
-    assert await _may(kube, account, "list", "pods", kube.ns)
+    await eventually(lambda: _may(kube, account, "list", "pods", kube.ns), within=30, what="the Role in force")
     assert await _may(kube, account, "list", "nodes", "")
     for namespace in ("", "default"):
         assert not await _may(kube, account, "list", "pods", namespace), namespace
