@@ -109,7 +109,8 @@ def chart_endpoint() -> ScrapeEndpoint:
     if not helm.exists():
         raise TestbedError(f"{helm} is missing (the scrape job is read off the chart): run `make helm`")
     argv = [str(helm), "template", "r", str(repo_root() / CHART), "--kube-version", KUBE_VERSION]
-    argv += ["--set", "metrics.serviceMonitor.enabled=true"]
+    # Any image: the chart refuses to render without one, and only the Service and ServiceMonitor are read.
+    argv += ["--set", "metrics.serviceMonitor.enabled=true", "--set", "image.repository=mpijob-operator"]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise TestbedError(f"helm template failed: {proc.stderr.strip()}")

@@ -160,7 +160,7 @@ async def test_spot_interruption_below_min_replicas_fires_its_alert_only_and_eve
     ]
     assert (job["metrics_path"], job["scrape_interval"]) == (endpoint.path, endpoint.interval)
     up = await eventually(
-        lambda: _answer(layout, f'up{{job="{prom.JOB}"}} == 1 and on() mpi_operator_is_leader == 1'),
+        lambda: _answer(layout, f'up{{job="{prom.JOB}"}} == 1 and on() mpijob_operator_is_leader == 1'),
         within=120,
         what="the operator scraped, and leading",
     )
@@ -327,7 +327,7 @@ async def _expected_gauges(kube: Kube, name: str, *, min_replicas: int) -> dict[
         "sum(mpijob_elastic_jobs_below_min_replicas)": one,
         "sum(mpijob_elastic_jobs_below_target)": one,
         "sum(mpijob_elastic_jobs_regrow_backoff)": none,
-        "sum(mpi_operator_is_leader)": one,
+        "sum(mpijob_operator_is_leader)": one,
     }
 
 

@@ -26,6 +26,8 @@ BUNDLE = REPO / "deploy/mpijob-operator.yaml"
 CHART = REPO / "deploy/helm/mpijob-operator"
 HELM = Path(os.environ.get("MPIJOB_HELM_BIN", REPO / ".cache/helm/bin")) / "helm"
 KUBE_VERSION = "1.37.2"
+# The chart renders nothing without an image (no image is published from this repository).
+IMAGE = ("--set", "image.repository=registry.example/mpijob-operator")
 
 
 def docs(text: str) -> list[dict[str, Any]]:
@@ -95,13 +97,13 @@ async def test_bundle_and_ha_overlay_apply_server_side_and_create_what_they_say(
 
 
 def test_helm_chart_lints_and_renders_the_same_crd_rbac_and_operator_flags() -> None:
-    helm("lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION)
+    helm("lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION, *IMAGE)
     base = by_kind(
         docs((REPO / "deploy/base/rbac.yaml").read_text()) + docs((REPO / "deploy/base/user-roles.yaml").read_text())
     )
     assert docs((CHART / "crds/kubeflow.org_mpijobs.yaml").read_text()) == [crd()], "run `make crd`"
 
-    default = by_kind(docs(helm("template", "r", str(CHART), "-n", "ops", "--kube-version", KUBE_VERSION)))
+    default = by_kind(docs(helm("template", "r", str(CHART), "-n", "ops", "--kube-version", KUBE_VERSION, *IMAGE)))
     for kind, name in (("ClusterRole", "mpijob-operator"), ("Role", "mpijob-operator-leader-election")):
         assert default[(kind, name)]["rules"] == base[(kind, name)]["rules"], f"chart {kind} {name} drifted"
     for role in ("mpijob-mpijobs-admin", "mpijob-mpijobs-edit", "mpijob-mpijobs-view"):
@@ -155,6 +157,105 @@ def test_helm_chart_lints_and_renders_the_same_crd_rbac_and_operator_flags() -> 
     assert set(monitor["spec"]["selector"]["matchLabels"].items()) <= set(service["metadata"]["labels"].items())
 
 
+def helm_refuses(*args: str) -> str:
+    """What helm says when it refuses (a test that it does)."""
+    proc = subprocess.run([str(HELM), *args], capture_output=True, text=True, check=False)
+    assert proc.returncode != 0, proc.stdout
+    return proc.stderr
+
+
+def test_helm_chart_refuses_to_install_without_an_image_and_names_the_value_to_set() -> None:
+    # `helm install` renders as `helm template` does, before anything is sent to the cluster.
+    said = helm_refuses("template", "r", str(CHART), "--kube-version", KUBE_VERSION)
+    assert "image.repository is not set" in said and "--set image.repository=" in said, said
+    # An empty value is no image either; any repository renders (a registry-less one too, e.g. a local image).
+    said = helm_refuses("template", "r", str(CHART), "--kube-version", KUBE_VERSION, "--set", "image.repository=")
+    assert "image.repository is not set" in said, said
+    local = by_kind(
+        docs(helm("template", "r", str(CHART), "--kube-version", KUBE_VERSION, "--set", "image.repository=mpijob"))
+    )
+    assert _container(local)["image"] == "mpijob:0.1.0"
+
+
+def _container(objs: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    container: dict[str, Any] = objs[("Deployment", "mpijob-operator")]["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def test_helm_chart_passes_extra_args_and_env_to_the_operator_and_probes_its_readiness() -> None:
+    default = _container(by_kind(docs(helm("template", "r", str(CHART), "--kube-version", KUBE_VERSION, *IMAGE))))
+    assert default["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert default["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert "env" not in default
+    custom = _container(
+        by_kind(
+            docs(
+                helm(
+                    "template", "r", str(CHART), "--kube-version", KUBE_VERSION, *IMAGE,
+                    "--set", "extraArgs={--cluster-domain=cluster.example,--workers=12}",
+                    "--set", "env[0].name=MPIJOB_CLUSTER_DOMAIN", "--set", "env[0].value=other.example",
+                    "--set", "env[1].name=NODE", "--set", "env[1].valueFrom.fieldRef.fieldPath=spec.nodeName",
+                    "--set", "health.readinessProbe=false",
+                )
+            )
+        )
+    )  # fmt: skip
+    # After the chart's own flags, so a flag the chart sets too (--workers) is the user's: the last one wins.
+    assert custom["args"][-2:] == ["--cluster-domain=cluster.example", "--workers=12"]
+    assert custom["args"].index("--workers=4") < custom["args"].index("--workers=12")
+    assert custom["env"] == [
+        {"name": "MPIJOB_CLUSTER_DOMAIN", "value": "other.example"},
+        {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
+    assert "readinessProbe" not in custom
+    # The operator's own command line takes them: the last --workers wins, the cluster domain is set.
+    from mpijob.cli.main import build_parser
+
+    parsed = build_parser().parse_args(custom["args"])
+    assert (parsed.workers, parsed.cluster_domain) == (12, "cluster.example")
+
+
+NODES_ONLY = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
+
+
+def namespaced_chart(release_ns: str, *watched: str) -> list[dict[str, Any]]:
+    """The chart rendered with watchNamespaces (user roles off: they are aggregated ClusterRoles for people)."""
+    return docs(
+        helm(
+            "template", "r", str(CHART), "-n", release_ns, "--kube-version", KUBE_VERSION, *IMAGE,
+            "--set", f"watchNamespaces={{{','.join(watched)}}}", "--set", "userRoles.create=false",
+        )
+    )  # fmt: skip
+
+
+def test_helm_chart_with_watch_namespaces_grants_roles_in_them_and_only_node_reads_cluster_wide() -> None:
+    rendered = namespaced_chart("ops", "team-a", "team-b")
+    base = by_kind(docs((REPO / "deploy/base/rbac.yaml").read_text()))[("ClusterRole", "mpijob-operator")]["rules"]
+    cluster_scoped = {(o["kind"], o["metadata"]["name"]) for o in rendered if not o["metadata"].get("namespace")}
+    assert cluster_scoped == {("ClusterRole", "mpijob-operator"), ("ClusterRoleBinding", "mpijob-operator")}
+    objs = by_kind(rendered)
+    assert objs[("ClusterRole", "mpijob-operator")]["rules"] == NODES_ONLY
+    roles = {o["metadata"]["namespace"]: o for o in rendered if o["kind"] == "Role"}
+    bindings = {o["metadata"]["namespace"]: o for o in rendered if o["kind"] == "RoleBinding"}
+    assert set(roles) == set(bindings) == {"ops", "team-a", "team-b"}  # ops: the Lease's
+    for ns in ("team-a", "team-b"):
+        # Every rule of the cluster-wide install but the nodes one, in each watched namespace.
+        assert roles[ns]["rules"] == [r for r in base if r not in NODES_ONLY], ns
+        assert bindings[ns]["roleRef"]["name"] == roles[ns]["metadata"]["name"]
+        assert bindings[ns]["subjects"] == [{"kind": "ServiceAccount", "name": "mpijob-operator", "namespace": "ops"}]
+    # rbac.namespaced=false: the one ClusterRole, as without watchNamespaces.
+    wide = by_kind(
+        docs(
+            helm(
+                "template", "r", str(CHART), "-n", "ops", "--kube-version", KUBE_VERSION, *IMAGE,
+                "--set", "watchNamespaces={team-a}", "--set", "rbac.namespaced=false",
+            )
+        )
+    )  # fmt: skip
+    assert wide[("ClusterRole", "mpijob-operator")]["rules"] == base
+    assert ("Role", "mpijob-operator") not in wide
+
+
 async def test_crd_upgrade_over_an_existing_install_keeps_the_running_job_and_its_workers(
     kube: Kube, kubeconfig: Path
 ) -> None:
@@ -199,9 +300,12 @@ async def test_helm_rendered_objects_are_accepted_by_the_api_server(
     # release namespace exists: the operator_kubeconfig fixture applied it with the shipped RBAC).
     for name, extra in (
         ("default", ()),
-        ("ha", ("--set", "replicaCount=2", "--set", "watchNamespaces={team-a}", "--set", "log.format=text")),
+        # The watched namespace must exist: the operator's Role and RoleBinding go there.
+        ("ha", ("--set", "replicaCount=2", "--set", "watchNamespaces={mpijob-system}", "--set", "log.format=text")),
     ):
-        rendered = helm("template", "r", str(CHART), "-n", "mpijob-system", "--kube-version", KUBE_VERSION, *extra)
+        rendered = helm(
+            "template", "r", str(CHART), "-n", "mpijob-system", "--kube-version", KUBE_VERSION, *IMAGE, *extra
+        )  # fmt: skip
         path = tmp_path / f"{name}.yaml"
         path.write_text(rendered)
         _, out = await kubectl(
@@ -216,15 +320,15 @@ MONITORING = ("--set", "alerts.enabled=true", "--set", "dashboard.enabled=true")
 
 
 def test_helm_chart_ships_the_alert_rules_and_the_dashboard_only_when_asked() -> None:
-    helm("lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION, *MONITORING)
-    default = by_kind(docs(helm("template", "r", str(CHART), "-n", "ops", "--kube-version", KUBE_VERSION)))
+    helm("lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION, *IMAGE, *MONITORING)
+    default = by_kind(docs(helm("template", "r", str(CHART), "-n", "ops", "--kube-version", KUBE_VERSION, *IMAGE)))
     assert ("PrometheusRule", "mpijob-operator") not in default
     assert ("ConfigMap", "mpijob-operator-dashboard") not in default
 
     on = by_kind(
         docs(
             helm(
-                "template", "r", str(CHART), "-n", "ops", "--kube-version", KUBE_VERSION, *MONITORING,
+                "template", "r", str(CHART), "-n", "ops", "--kube-version", KUBE_VERSION, *IMAGE, *MONITORING,
                 "--set", "alerts.labels.release=kube-prometheus-stack",
                 "--set", "dashboard.namespace=monitoring", "--set", "dashboard.annotations.grafana_folder=MPI",
             )
@@ -268,7 +372,7 @@ async def test_helm_chart_with_alerts_dashboard_and_service_monitor_installs_aga
     whole = tmp_path / "whole.yaml"
     whole.write_text(
         helm(
-            "template", "r", str(CHART), "-n", kube.ns, "--kube-version", KUBE_VERSION, *MONITORING,
+            "template", "r", str(CHART), "-n", kube.ns, "--kube-version", KUBE_VERSION, *IMAGE, *MONITORING,
             "--set", "metrics.serviceMonitor.enabled=true",
         )
     )  # fmt: skip
@@ -279,7 +383,7 @@ async def test_helm_chart_with_alerts_dashboard_and_service_monitor_installs_aga
         assert f"{what} serverside-applied (server dry run)" in out, out
     # ...and its monitoring objects are applied for real.
     rendered = helm(
-        "template", "r", str(CHART), "-n", kube.ns, "--kube-version", KUBE_VERSION, *MONITORING,
+        "template", "r", str(CHART), "-n", kube.ns, "--kube-version", KUBE_VERSION, *IMAGE, *MONITORING,
         "--set", "metrics.serviceMonitor.enabled=true",
         "--show-only", "templates/monitoring.yaml", "--show-only", "templates/metrics.yaml",
     )  # fmt: skip

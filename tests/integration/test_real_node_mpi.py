@@ -941,8 +941,10 @@ async def test_a_helm_upgrade_to_another_image_disturbs_no_running_job_and_the_n
     chart = str(repo_root() / "deploy" / "helm" / "mpijob-operator")
     rn_operator.stop()
     try:
+        # The previous image serves no /readyz: its readiness probe is off until the upgrade turns it on.
         helm("install", release, chart, kubeconfig, "-n", ns, "--create-namespace",
-             f"--set=image.repository={repository}", f"--set=image.tag={previous_tag}")  # fmt: skip
+             f"--set=image.repository={repository}", f"--set=image.tag={previous_tag}",
+             "--set=health.readinessProbe=false")  # fmt: skip
         _rolled_out(tb, ns, "mpijob-operator")
         job = "upgraded"
         body = pi_job(job, mpi_images["openmpi4"], "sleep 600", workers=3)
@@ -951,7 +953,7 @@ async def test_a_helm_upgrade_to_another_image_disturbs_no_running_job_and_the_n
         await eventually(lambda: _all_running(kube, job, 3), within=180, interval=1, what="3 workers Running")
         before = await _pod_uids(kube, job)
         helm("upgrade", release, chart, kubeconfig, "-n", ns, "--reuse-values",
-             f"--set=image.tag={operator_image.rsplit(':', 1)[1]}")  # fmt: skip
+             f"--set=image.tag={operator_image.rsplit(':', 1)[1]}", "--set=health.readinessProbe=true")  # fmt: skip
         _rolled_out(tb, ns, "mpijob-operator")
         [pod] = [p for p in json.loads(kubectl(tb, "-n", ns, "get", "pods", "-o", "json"))["items"]
                  if not p["metadata"].get("deletionTimestamp")]  # fmt: skip

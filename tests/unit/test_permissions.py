@@ -169,3 +169,26 @@ def test_the_update_path_applies_the_merge_patch_as_the_api_server_would() -> No
         "data": {"hostfile": "z"},
     }
     assert current["data"] == {"hostfile": "x", "old": "y"}  # the read object itself is left as read
+
+
+def test_with_watched_namespaces_the_checks_ask_in_them_so_namespaced_roles_turn_nothing_off() -> None:
+    # The chart's RBAC with watchNamespaces: a Role per watched namespace, node reads cluster-wide. The
+    # operator must ask where it works, or it would find the namespaced verbs refused and turn features off.
+    import asyncio
+
+    watched_ns = ["team-a", "team-b"]
+    asked: list[tuple[str, str]] = []
+
+    class RolesInNamespaces:
+        async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+            attributes = body["spec"]["resourceAttributes"]
+            asked.append((attributes["resource"], attributes["namespace"]))
+            cluster_wide = attributes["resource"] == "nodes" and attributes["namespace"] == ""
+            return {"status": {"allowed": cluster_wide or attributes["namespace"] in watched_ns}}
+
+    grants = asyncio.run(permissions.check(RolesInNamespaces(), watched_ns))  # type: ignore[arg-type]
+    assert grants == permissions.Grants() and grants.off() == []
+    assert {ns for resource, ns in asked if resource != "nodes"} == set(watched_ns)
+    assert {ns for resource, ns in asked if resource == "nodes"} == {""}
+    # The same Roles, asked cluster-wide (no namespaces given), would be refused: the test can fail.
+    assert asyncio.run(permissions.check(RolesInNamespaces(), [])).off()  # type: ignore[arg-type]

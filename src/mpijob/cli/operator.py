@@ -121,7 +121,7 @@ def register(subparsers: Any) -> None:
         help="gang scheduler, as the reference's flag: 'volcano', or the schedulerName of a scheduler-plugins "
         "scheduler with coscheduling (e.g. scheduler-plugins-scheduler); default: off",
     )
-    op.add_argument("--health-port", type=int, default=0, help="serve /healthz on this port (0: off)")
+    op.add_argument("--health-port", type=int, default=0, help="serve /healthz and /readyz on this port (0: off)")
     op.add_argument(
         "--metrics-port",
         "--monitoring-port",  # the reference operator's name for it

@@ -2,7 +2,9 @@
 
 The reference operator's dashboards keep working (`mpi_operator_jobs_created_total`,
 `mpi_operator_jobs_successful_total`, `mpi_operator_jobs_failed_total`, `mpi_operator_job_info`,
-`mpi_operator_is_leader`). Everything else is named `mpijob_*`.
+`mpi_operator_is_leader`). Everything else is named `mpijob_*`, `mpijob_operator_is_leader` included: the same
+gauge under our own name, which alerts and dashboards read, since the reference exports the other one while
+both run side by side (docs/migration.md).
 
 Nothing here decides anything: metrics are read off what the controller already does. The executor's
 applied actions say what was written (a status patch flipping a condition, a worker marked leaving, a
@@ -138,6 +140,9 @@ class Metrics:
         self.is_leader = Gauge(
             "mpi_operator_is_leader", "Is this client the leader of this mpi-operator client set?", registry=r
         )
+        self.own_is_leader = Gauge(
+            "mpijob_operator_is_leader", "1 while this mpijob operator process holds its Lease", registry=r
+        )
         # -- the controller --
         self.reconcile_seconds = Histogram(
             "mpijob_reconcile_duration_seconds", "Time of one reconcile (plan and apply)", buckets=_BUCKETS, registry=r
@@ -219,6 +224,7 @@ class Metrics:
         """Gauges read at scrape time, so they cost nothing between scrapes."""
         self.queue_depth.set_function(lambda: float(len(controller.queue)))
         self.is_leader.set_function(lambda: 1.0 if controller.leading.is_set() else 0.0)
+        self.own_is_leader.set_function(lambda: 1.0 if controller.leading.is_set() else 0.0)
         self.registry.register(_CacheCollector(controller.cache))
         self.registry.register(_JobStateCollector(controller.cache))
         self.registry.register(_SpinCollector(controller))

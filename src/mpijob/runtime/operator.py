@@ -1,4 +1,4 @@
-"""Runs the operator: the informers, the reconcile workers, optional Lease leader election, /healthz."""
+"""Runs the operator: the informers, the reconcile workers, optional Lease leader election, /healthz, /readyz."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ async def run(
     # Tasks that run until the operator stops (/healthz watches them); the warm gate ends once warm.
     tasks = [asyncio.create_task(i.run(), name=f"informer {i.name}") for i in watches]
     warm_up = asyncio.create_task(controller.warm_up(watches))
-    health = await _serve_health(options.health_port, tasks) if options.health_port else None
+    health = await _serve_health(options.health_port, tasks, controller.warm) if options.health_port else None
     if options.leader_elect:
         election = asyncio.create_task(_lead(api, options, controller))
 
@@ -209,18 +209,31 @@ def _informers(options: OperatorOptions, client: Client, controller: Controller)
     )
 
 
-async def _serve_health(port: int, tasks: list[asyncio.Task[Any]]) -> web.AppRunner:
+async def _serve_health(port: int, tasks: list[asyncio.Task[Any]], warm: asyncio.Event) -> web.AppRunner:
     """/healthz on `port`: 200 while every informer and worker task runs (they run until the operator
-    stops), 500 once one has ended, so the kubelet restarts a process that can no longer see the cluster."""
+    stops), 500 once one has ended, so the kubelet restarts a process that can no longer see the cluster.
+    /readyz: 200 once every informer has listed (the warm gate) and while /healthz is; 503 before. A standby
+    that does not hold the Lease is ready too: its cache is warm, it takes over at once (a rolling update
+    waits for it, and not for a lease it cannot get while the old leader runs)."""
+
+    def ended() -> list[str]:
+        return [t.get_name() for t in tasks if t.done()]
 
     async def healthz(_: web.Request) -> web.Response:
-        ended = [t.get_name() for t in tasks if t.done()]
-        if ended:
-            return web.json_response({"ended": ended}, status=500)
+        if gone := ended():
+            return web.json_response({"ended": gone}, status=500)
+        return web.json_response({"ok": True})
+
+    async def readyz(_: web.Request) -> web.Response:
+        if gone := ended():
+            return web.json_response({"ended": gone}, status=503)
+        if not warm.is_set():
+            return web.json_response({"waiting": "informers listing"}, status=503)
         return web.json_response({"ok": True})
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "0.0.0.0", port).start()

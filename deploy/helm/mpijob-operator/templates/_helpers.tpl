@@ -14,10 +14,13 @@ app.kubernetes.io/name: mpijob-operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{- /* No image is published from this repository: without image.repository an install would sit in
+ImagePullBackOff with nothing saying why, so the render fails and says what to set. */ -}}
 {{- define "mpijob.image" -}}
+{{- $repository := required "image.repository is not set: build the operator image (docs/image.md), push it to your registry and install with --set image.repository=REGISTRY/mpijob-operator (and image.tag or image.digest)" .Values.image.repository -}}
 {{- if .Values.image.digest -}}
-{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{ $repository }}@{{ .Values.image.digest }}
 {{- else -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ $repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 {{- end -}}
