@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import fnmatch
 import re
 from pathlib import Path
 
@@ -90,3 +91,44 @@ def test_every_relative_link_in_the_readme_and_docs_points_to_a_file_and_heading
                 broken.append(f"{doc.relative_to(REPO)}: {target} (no such heading)")
     assert checked > 20, checked  # the pattern still finds the links
     assert not broken, "\n".join(broken)
+
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+# Paths in the reference operator's repository (and kubectl's `deploy/NAME`) that the docs quote as such.
+ELSEWHERE = ("deploy/v2beta1/", "examples/v2beta1/", "deploy/mpijob-operator")
+# A path under one of our top-level folders; a module path relative to src/mpijob; a bare file name.
+REPO_PATH = re.compile(r"(?<![\w./-])((?:src/mpijob\w*|tests|deploy|bench|testbed|examples|docs)/[\w./*-]*[\w*])")
+MODULE_PATH = re.compile(r"(?<![\w./-])((?:api|planner|executor|runtime|cli)/\w+\.py)\b")
+FILE_NAME = re.compile(r"(?<![\w/.*-])([\w-]+\.py)\b")
+TEST_NAME = re.compile(r"(?<![\w/.*])(test_\w+)(?![\w.*])")
+
+
+def _named(pattern: re.Pattern[str], text: str) -> set[str]:
+    return {m.rstrip("/.") for m in pattern.findall(text)}
+
+
+def test_every_file_and_test_named_in_the_readme_and_docs_exists() -> None:
+    """Paths (`src/...`, `tests/...`, `deploy/...`, a glob like `tests/unit/test_safety_*.py`), modules
+    (`planner/regrow.py`), file names (`test_rbac.py`) and test functions named in prose must exist, so a
+    rename or removal cannot leave a doc pointing at nothing. Code blocks are left out for bare file names (a
+    user's `train.py`)."""
+    files = [
+        p.relative_to(REPO).as_posix() for p in REPO.rglob("*") if ".venv" not in p.parts and ".git" not in p.parts
+    ]
+    names = {Path(f).name for f in files}
+    tests = set()
+    for path in REPO.glob("tests/**/*.py"):
+        tests |= set(re.findall(r"def (test_\w+)", path.read_text()))
+    missing = []
+    checked = 0
+    for doc in DOCS:
+        text = doc.read_text()
+        prose = re.sub(r"```.*?```", "", text, flags=re.S)
+        paths = {p for p in _named(REPO_PATH, text) if not p.startswith(ELSEWHERE)}
+        paths |= {f"src/mpijob/{m}" for m in _named(MODULE_PATH, text)}
+        checked += len(paths)
+        missing += [f"{doc.name}: {p}" for p in paths if not any(fnmatch.fnmatch(f, p) for f in files)]
+        missing += [f"{doc.name}: {n}" for n in _named(FILE_NAME, prose) if n not in names]
+        missing += [f"{doc.name}: {t}" for t in _named(TEST_NAME, text) if t not in tests]
+    assert checked > 100, checked  # the pattern still finds the paths
+    assert not missing, "\n".join(sorted(missing))
