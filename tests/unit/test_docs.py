@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import os
 import re
 from pathlib import Path
 
@@ -165,14 +166,23 @@ def _named(pattern: re.Pattern[str], text: str) -> set[str]:
     return {m.rstrip("/.") for m in pattern.findall(text)}
 
 
+def _repository_files() -> list[str]:
+    """Every path under the checkout, relative to it; hidden directories (.git, .venv, .cache) and build
+    output left out, since the docs must not rely on them."""
+    out = []
+    for root, dirs, names in os.walk(REPO):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("build", "__pycache__")]
+        here = Path(root).relative_to(REPO)
+        out += [(here / name).as_posix() for name in dirs + names]
+    return out
+
+
 def test_every_file_and_test_named_in_the_readme_and_docs_exists() -> None:
     """Paths (`src/...`, `tests/...`, `deploy/...`, a glob like `tests/unit/test_safety_*.py`), modules
     (`planner/regrow.py`), file names (`test_rbac.py`) and test functions named in prose must exist, so a
     rename or removal cannot leave a doc pointing at nothing. Code blocks are left out for bare file names (a
     user's `train.py`)."""
-    files = [
-        p.relative_to(REPO).as_posix() for p in REPO.rglob("*") if ".venv" not in p.parts and ".git" not in p.parts
-    ]
+    files = _repository_files()
     names = {Path(f).name for f in files}
     tests = set()
     for path in REPO.glob("tests/**/*.py"):
