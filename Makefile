@@ -88,7 +88,7 @@ chaos: $(STAMP) testbed
 # A flake census (issue 31): SOAK_RUNS pytest runs in a row of SOAK_TESTS (modules or node ids), all on one
 # testbed; per test its pass/fail/error/skip counts and min/median/max durations in SOAK_DIR/soak.md and
 # soak.json (default .cache/soak/<start time>). SOAK_HOG=1: beside a busy loop taking one core. Exits 1 when
-# any run had a failure or an error, after writing the report. docs/testbed.md, "A flake census".
+# any run had a failure or an error, after writing the report. docs/testbed-internals.md, "A flake census".
 SOAK_TESTS ?= tests/integration
 SOAK_RUNS ?= 5
 SOAK_HOG ?= 0
