@@ -17,7 +17,7 @@ from mpijob.planner.regrow import JITTER, backoff_seconds
 from mpijob.planner.snapshot import Obj, Snapshot, parse_time
 
 from .builders import SPOT_TAINT, elastic, mpijob
-from .test_invariants import DISRUPTIONS, PROFILE, check_plan
+from .invariants import DISRUPTIONS, PROFILE, check_plan
 from .world import World, is_terminating
 
 TIMEOUT = 60
