@@ -16,8 +16,6 @@ from .builders import hosts_in
 from .world import is_leaving
 
 POLICIES = ["ScaleIn", "ScaleIn", "Replace", "Ignore"]
-
-
 # DisruptionTarget reasons (issue 19); "False" draws a condition with status False (no signal).
 DISRUPTIONS = [
     "TerminationByKubelet",
@@ -26,8 +24,6 @@ DISRUPTIONS = [
     "DeletionByTaintManager",
     "DeletionByPodGC",
 ]
-
-
 PROFILE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -35,7 +35,7 @@ def _waiting_probes(world: World) -> list[Obj]:
 
 
 class Recorder:
-    """Every plan's invariants (test_invariants.check_plan), and when each probe was created and deleted."""
+    """Every plan's invariants (invariants.check_plan), and when each probe was created and deleted."""
 
     def __init__(self, world: World) -> None:
         self.world = world

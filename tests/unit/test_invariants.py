@@ -53,9 +53,6 @@ PHASES = ["Running", "Running", "Running", "Pending", "Failed", "Succeeded", "Un
 JOB_LABELS = {c.LABEL_JOB_NAME: "pi", c.LABEL_JOB_ROLE: c.ROLE_WORKER}
 
 
-# -- invariants of one plan --------------------------------------------------------------------------------
-
-
 # -- random snapshots ---------------------------------------------------------------------------------------
 
 
