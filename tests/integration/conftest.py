@@ -16,26 +16,34 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from kube import Kube
+from cannot_run import cannot_run
+from kube import Kube, eventually
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 from kubernetes_asyncio.client.exceptions import ApiException
 from operator_harness import OperatorProcess
 from rbac import operator_kubeconfig as make_operator_kubeconfig
+from real_node import host_as_found, skip_reason
 
 from mpijob.cli.operator import install_crd
 from mpijob.executor.client import Client
 from mpijob_testbed import cluster
 from mpijob_testbed.client import load_api_client
-from mpijob_testbed.paths import resolve_state_dir
+from mpijob_testbed.paths import repo_root, resolve_state_dir
 from mpijob_testbed.waiting import wait_until
 
 ENV_TEST_KUBECONFIG = "MPIJOB_TEST_KUBECONFIG"
@@ -189,3 +197,69 @@ def running_operator(operator: OperatorProcess) -> OperatorProcess:
 async def kube(api: ApiClient, namespace: str, running_operator: OperatorProcess) -> Kube:
     """Accessors for the test's namespace, with the operator running."""
     return Kube(Client(api, qps=0, burst=1), namespace)
+
+
+# -- the real-node testbed (test_real_node*.py) --------------------------------------------------------------
+# Module-scoped: each real-node module gets its own testbed, operator and API client, started for its first
+# test and taken down after its last (`real_testbed` reads the module's REAL_NODES, 1 by default).
+
+
+@pytest.fixture(scope="module")
+def real_testbed(request: pytest.FixtureRequest) -> Iterator[tuple[cluster.Testbed, dict[str, Any]]]:
+    count = int(getattr(request.module, "REAL_NODES", 1))
+    reason = skip_reason()
+    if reason is None:
+        # The one step that needs the network (Debian's mirror): a machine without it skips, loudly.
+        deps = subprocess.run(["bash", str(repo_root() / "testbed" / "install-system-deps.sh")], check=False)
+        if deps.returncode != 0:
+            reason = f"testbed/install-system-deps.sh failed (exit {deps.returncode})"
+    if reason:
+        cannot_run(f"real node not possible here: {reason}")
+    # Short: containerd's socket lives inside and unix socket paths are limited to 107 bytes.
+    state_dir = Path(tempfile.mkdtemp(prefix="mpijob-rn-"))
+    before = host_as_found()
+    t = time.monotonic()
+    tb = cluster.up(nodes=2, state_dir=state_dir, real_nodes=count)
+    print(f"testbed with {count} real node(s) up in {time.monotonic() - t:.1f}s")
+    try:
+        yield tb, before
+    finally:
+        if state_dir.exists():
+            cluster.down(state_dir)
+
+
+@pytest.fixture(scope="module")
+async def rn_api(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> AsyncIterator[ApiClient]:
+    client = await load_api_client(real_testbed[0].kubeconfig)
+    async with client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def rn_operator(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> Iterator[OperatorProcess]:
+    tb = real_testbed[0]
+    asyncio.run(install_crd(str(tb.kubeconfig)))
+    proc = OperatorProcess(tb.kubeconfig, tb.state_dir)
+    proc.start()
+    yield proc
+    proc.stop()
+    # Kept beside the launchers' logs (the state directory goes with the testbed) for a failure's post-mortem.
+    with contextlib.suppress(OSError):
+        shutil.copy(proc.log_path, tb.state_dir.parent / f"{tb.state_dir.name}-operator.log")
+
+
+@pytest.fixture
+async def rn_kube(rn_api: ApiClient, request: pytest.FixtureRequest) -> AsyncIterator[Kube]:
+    v1 = CoreV1Api(rn_api)
+    # A DNS label: a parametrized test's id ("[openmpi4]") has characters a namespace cannot.
+    stem = re.sub(r"[^a-z0-9]+", "-", request.node.name[5:30].lower()).strip("-")
+    name = f"rn-{stem}-{uuid.uuid4().hex[:6]}"
+    await v1.create_namespace({"metadata": {"name": name}})
+
+    async def sa() -> bool:
+        items = (await v1.list_namespaced_service_account(name)).items
+        return any(x.metadata.name == "default" for x in items)
+
+    await eventually(sa, within=60, what=f"default ServiceAccount in {name}")
+    yield Kube(Client(rn_api, qps=0, burst=1), name)
+    await v1.delete_namespace(name)

@@ -217,3 +217,29 @@ async def operator_caught_up(kube: Kube, control: str) -> None:
 async def job_has(kube: Kube, job: str, kind: str) -> bool:
     """The job carries condition `kind` with status True (read now, not from a cache)."""
     return has_condition(await kube.job(job), kind)
+
+
+async def wait_condition(
+    kube: Kube, name: str, kind: str, status: str = "True", within: float = 60.0
+) -> dict[str, Any]:
+    """The job, once it carries condition `kind` with `status`."""
+
+    async def check() -> dict[str, Any] | None:
+        job = await kube.job(name)
+        return job if has_condition(job, kind, status) else None
+
+    return await eventually(check, within=within, what=f"MPIJob {name}: {kind}={status}")
+
+
+async def wait_running(kube: Kube, name: str, workers: int, within: float = 60.0) -> dict[str, Any]:
+    """The job, once Running=True; then exactly `workers` live workers, all Running."""
+    job = await wait_condition(kube, name, "Running", within=within)
+    pods = live(await kube.workers(name))
+
+    def phase(p: dict[str, Any]) -> str | None:
+        return (p.get("status") or {}).get("phase")
+
+    assert len(pods) == workers and all(phase(p) == "Running" for p in pods), [
+        (p["metadata"]["name"], phase(p)) for p in pods
+    ]
+    return job

@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 from cannot_run import cannot_run
+from real_node import kubectl, record
 from reference_operator import REFERENCE
-from test_real_node import kubectl, record
 
 from mpijob_testbed import cluster, extras
 from mpijob_testbed.errors import TestbedError

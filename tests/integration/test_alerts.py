@@ -22,10 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from cannot_run import cannot_run
-from kube import Kube, eventually, has_condition, live
-from kubernetes_asyncio.client import ApiClient
-from operator_harness import OperatorProcess
-from test_elastic import (
+from elastic_jobs import (
     HOSTNAME,
     all_running_live,
     elastic_job,
@@ -38,6 +35,9 @@ from test_elastic import (
     wait_job,
     wait_workers,
 )
+from kube import Kube, eventually, has_condition, live
+from kubernetes_asyncio.client import ApiClient
+from operator_harness import OperatorProcess
 
 from mpijob.api import constants as c
 from mpijob_testbed import SPOT_ITN_TAINT, cluster, extras, taint_node

@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 from cannot_run import cannot_run
+from elastic_jobs import elastic_job, listed_of, node_of, own_nodes, phase, replicas_of, run_discovery, start_job
 from kube import Kube, eventually, live
 from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess
-from test_elastic import elastic_job, listed_of, node_of, own_nodes, phase, replicas_of, run_discovery, start_job
 
 from mpijob.api import constants as c
 from mpijob_testbed import taint_node

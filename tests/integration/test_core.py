@@ -27,6 +27,8 @@ from kube import (
     mpijob,
     names,
     run_sh,
+    wait_condition,
+    wait_running,
 )
 from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess
@@ -85,19 +87,6 @@ async def wait_job(kube: Kube, name: str, what: str, pred: Any, within: float = 
         return job if pred(job) else None
 
     return await eventually(check, within=within, what=f"MPIJob {name}: {what}")
-
-
-async def wait_condition(kube: Kube, name: str, kind: str, status: str = "True", within: float = 60.0) -> Obj:
-    return await wait_job(kube, name, f"{kind}={status}", lambda j: has_condition(j, kind, status), within)
-
-
-async def wait_running(kube: Kube, name: str, workers: int, within: float = 60.0) -> Obj:
-    job = await wait_condition(kube, name, "Running", within=within)
-    pods = live(await kube.workers(name))
-    assert len(pods) == workers and all(phase(p) == "Running" for p in pods), [
-        (p["metadata"]["name"], phase(p)) for p in pods
-    ]
-    return job
 
 
 async def launcher_job(kube: Kube, name: str) -> Obj | None:

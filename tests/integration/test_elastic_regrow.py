@@ -13,9 +13,7 @@ import time
 from typing import Any
 
 import pytest
-from kube import Kube, eventually, has_condition, live, names
-from kubernetes_asyncio.client import ApiClient
-from test_elastic import (
+from elastic_jobs import (
     SPREAD_LABEL,
     elastic_job,
     own_nodes,
@@ -27,6 +25,8 @@ from test_elastic import (
     wait_gone,
     wait_job,
 )
+from kube import Kube, eventually, has_condition, live, names
+from kubernetes_asyncio.client import ApiClient
 
 from mpijob.api import constants as c
 from mpijob.cli.elastic import scale_in

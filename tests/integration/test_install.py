@@ -8,42 +8,20 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from cannot_run import cannot_run
+from chart import CHART, IMAGE, KUBE_VERSION, NODES_ONLY, REPO, by_kind, docs, helm, helm_refuses, namespaced_chart
 from kube import Kube, eventually, has_condition, kubectl, live, mpijob
 
 from mpijob.api.crd import crd
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
 BUNDLE = REPO / "deploy/mpijob-operator.yaml"
-CHART = REPO / "deploy/helm/mpijob-operator"
-HELM = Path(os.environ.get("MPIJOB_HELM_BIN", REPO / ".cache/helm/bin")) / "helm"
-KUBE_VERSION = "1.37.2"
-# The chart renders nothing without an image (no image is published from this repository).
-IMAGE = ("--set", "image.repository=registry.example/mpijob-operator")
-
-
-def docs(text: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(text) if d]
-
-
-def by_kind(objs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(o["kind"], o["metadata"]["name"]): o for o in objs}
-
-
-def helm(*args: str) -> str:
-    if not HELM.exists():
-        pytest.fail(f"{HELM} missing: run `bash testbed/helm/build.sh` (make test does)")
-    proc = subprocess.run([str(HELM), *args], capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr + proc.stdout
-    return proc.stdout
 
 
 def _args(objs: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
@@ -157,13 +135,6 @@ def test_helm_chart_lints_and_renders_the_same_crd_rbac_and_operator_flags() -> 
     assert set(monitor["spec"]["selector"]["matchLabels"].items()) <= set(service["metadata"]["labels"].items())
 
 
-def helm_refuses(*args: str) -> str:
-    """What helm says when it refuses (a test that it does)."""
-    proc = subprocess.run([str(HELM), *args], capture_output=True, text=True, check=False)
-    assert proc.returncode != 0, proc.stdout
-    return proc.stderr
-
-
 def test_helm_chart_refuses_to_install_without_an_image_and_names_the_value_to_set() -> None:
     # `helm install` renders as `helm template` does, before anything is sent to the cluster.
     said = helm_refuses("template", "r", str(CHART), "--kube-version", KUBE_VERSION)
@@ -213,19 +184,6 @@ def test_helm_chart_passes_extra_args_and_env_to_the_operator_and_probes_its_rea
 
     parsed = build_parser().parse_args(custom["args"])
     assert (parsed.workers, parsed.cluster_domain) == (12, "cluster.example")
-
-
-NODES_ONLY = [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
-
-
-def namespaced_chart(release_ns: str, *watched: str) -> list[dict[str, Any]]:
-    """The chart rendered with watchNamespaces (user roles off: they are aggregated ClusterRoles for people)."""
-    return docs(
-        helm(
-            "template", "r", str(CHART), "-n", release_ns, "--kube-version", KUBE_VERSION, *IMAGE,
-            "--set", f"watchNamespaces={{{','.join(watched)}}}", "--set", "userRoles.create=false",
-        )
-    )  # fmt: skip
 
 
 def test_helm_chart_with_watch_namespaces_grants_roles_in_them_and_only_node_reads_cluster_wide() -> None:

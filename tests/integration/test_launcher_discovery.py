@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from elastic_jobs import elastic_job, own_nodes, start_job
 from kube import Kube, eventually, has_condition, live
 from kubernetes_asyncio.client import ApiClient
 from launcher import api_view, dumps, launcher
-from test_elastic import elastic_job, own_nodes, start_job
 
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION

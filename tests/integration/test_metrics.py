@@ -5,11 +5,11 @@ from __future__ import annotations
 import urllib.request
 
 import pytest
+from elastic_jobs import elastic_job, names, node_of, own_nodes, start_job, wait_gone, wait_job
 from kube import Kube, eventually
 from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess
 from prometheus_client.parser import text_string_to_metric_families
-from test_elastic import elastic_job, names, node_of, own_nodes, start_job, wait_gone, wait_job
 
 from mpijob_testbed import SPOT_ITN_TAINT, taint_node
 

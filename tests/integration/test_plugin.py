@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from elastic_jobs import elastic_job, own_nodes, start_job
 from kube import Kube, live, names
 from kubernetes_asyncio.client import ApiClient
-from test_elastic import elastic_job, own_nodes, start_job
 
 from mpijob_testbed.paths import resolve_bin_dir
 

@@ -13,6 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
+from chart import CHART, NODES_ONLY, by_kind, helm_refuses, namespaced_chart
+from elastic_jobs import elastic_job, own_nodes, start_job
 from kube import Kube, eventually, has_condition, live, mpijob, names
 from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess
@@ -26,8 +28,6 @@ from rbac import (
     shipped_rbac,
     token_kubeconfig,
 )
-from test_elastic import elastic_job, own_nodes, start_job
-from test_install import CHART, NODES_ONLY, by_kind, helm_refuses, namespaced_chart
 
 from mpijob.api import constants as c
 from mpijob.executor.client import Client

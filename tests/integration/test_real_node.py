@@ -18,139 +18,34 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cannot_run import cannot_run
 from kube import Kube, eventually, mpijob
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 from operator_harness import OperatorProcess
+from real_node import (
+    ON_REAL_NODE,
+    assert_down_leaves_the_host_as_found,
+    host_as_found,
+    kubectl,
+    processes_named,
+    record,
+)
 
 from mpijob.api import constants as c
-from mpijob.cli.operator import install_crd
-from mpijob.executor.client import Client
 from mpijob_testbed import SPOT_ITN_TAINT, cluster, create_node, delete_node, hoststate, processes, realnode, taint_node
-from mpijob_testbed.client import load_api_client
 from mpijob_testbed.nodes import spread_over
-from mpijob_testbed.paths import repo_root, resolve_bin_dir
+from mpijob_testbed.paths import resolve_bin_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.realnode]
 
 Obj = dict[str, Any]
-HOSTNAME = "kubernetes.io/hostname"
-ON_REAL_NODE: Obj = {
-    "nodeSelector": {realnode.REAL_NODE_LABEL: "true"},
-    "tolerations": [{"key": realnode.REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
-}
-# Where measured latencies are appended (one JSON object per line) when set; docs/results.md quotes them.
-ENV_RESULTS = "MPIJOB_REALNODE_RESULTS"
-
-
-def _skip_reason() -> str | None:
-    if os.environ.get("MPIJOB_SKIP_REAL_NODE") == "1":
-        return "MPIJOB_SKIP_REAL_NODE=1"
-    return realnode.machine_supports_real_node()
-
-
-def host_as_found() -> dict[str, Any]:
-    """The host's state before a test's `up`. A killed run's testbed (its mounts, cgroups, sysctls) is not the
-    host as found: `up` would take it down and the test of `down` would count what it removed (seen after a
-    session ended mid-run), so it goes first."""
-    cluster.take_down_abandoned_real_node()
-    return hoststate.capture()
-
-
-@pytest.fixture(scope="module")
-def real_testbed(request: pytest.FixtureRequest) -> Iterator[tuple[cluster.Testbed, dict[str, Any]]]:
-    count = int(getattr(request.module, "REAL_NODES", 1))
-    reason = _skip_reason()
-    if reason is None:
-        # The one step that needs the network (Debian's mirror): a machine without it skips, loudly.
-        deps = subprocess.run(["bash", str(repo_root() / "testbed" / "install-system-deps.sh")], check=False)
-        if deps.returncode != 0:
-            reason = f"testbed/install-system-deps.sh failed (exit {deps.returncode})"
-    if reason:
-        cannot_run(f"real node not possible here: {reason}")
-    # Short: containerd's socket lives inside and unix socket paths are limited to 107 bytes.
-    state_dir = Path(tempfile.mkdtemp(prefix="mpijob-rn-"))
-    before = host_as_found()
-    t = time.monotonic()
-    tb = cluster.up(nodes=2, state_dir=state_dir, real_nodes=count)
-    print(f"testbed with {count} real node(s) up in {time.monotonic() - t:.1f}s")
-    try:
-        yield tb, before
-    finally:
-        if state_dir.exists():
-            cluster.down(state_dir)
-
-
-@pytest.fixture(scope="module")
-async def rn_api(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> AsyncIterator[ApiClient]:
-    client = await load_api_client(real_testbed[0].kubeconfig)
-    async with client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def rn_operator(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> Iterator[OperatorProcess]:
-    tb = real_testbed[0]
-    asyncio.run(install_crd(str(tb.kubeconfig)))
-    proc = OperatorProcess(tb.kubeconfig, tb.state_dir)
-    proc.start()
-    yield proc
-    proc.stop()
-    # Kept beside the launchers' logs (the state directory goes with the testbed) for a failure's post-mortem.
-    with contextlib.suppress(OSError):
-        shutil.copy(proc.log_path, tb.state_dir.parent / f"{tb.state_dir.name}-operator.log")
-
-
-@pytest.fixture
-async def rn_kube(rn_api: ApiClient, request: pytest.FixtureRequest) -> AsyncIterator[Kube]:
-    v1 = CoreV1Api(rn_api)
-    # A DNS label: a parametrized test's id ("[openmpi4]") has characters a namespace cannot.
-    stem = re.sub(r"[^a-z0-9]+", "-", request.node.name[5:30].lower()).strip("-")
-    name = f"rn-{stem}-{uuid.uuid4().hex[:6]}"
-    await v1.create_namespace({"metadata": {"name": name}})
-
-    async def sa() -> bool:
-        items = (await v1.list_namespaced_service_account(name)).items
-        return any(x.metadata.name == "default" for x in items)
-
-    await eventually(sa, within=60, what=f"default ServiceAccount in {name}")
-    yield Kube(Client(rn_api, qps=0, burst=1), name)
-    await v1.delete_namespace(name)
-
-
-def kubectl(tb: cluster.Testbed, *args: str, timeout: float = 60, input_text: str | None = None) -> str:
-    binary = resolve_bin_dir(None) / "kubectl"
-    if not binary.exists():
-        binary = Path(shutil.which("kubectl") or "kubectl")
-    out = subprocess.run(
-        [str(binary), f"--kubeconfig={tb.kubeconfig}", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        input=input_text,
-    )
-    assert out.returncode == 0, f"kubectl {' '.join(args)}: {out.stderr}"
-    return out.stdout
-
-
-def record(**figures: Any) -> None:
-    print("real-node figure:", json.dumps(figures))
-    path = os.environ.get(ENV_RESULTS)
-    if path:
-        with open(path, "a") as f:
-            f.write(json.dumps({"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **figures}) + "\n")
 
 
 async def pod_phase(kube: Kube, name: str) -> str:
@@ -649,28 +544,6 @@ async def test_a_configmap_volume_alone_waits_for_the_kubelets_periodic_resync_a
 
 def test_down_leaves_the_host_as_it_found_it(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> None:
     assert_down_leaves_the_host_as_found(real_testbed)
-
-
-def assert_down_leaves_the_host_as_found(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> None:
-    tb, before = real_testbed
-    assert cluster.down(tb.state_dir)
-    assert not tb.state_dir.exists()
-    after = hoststate.capture()
-    assert hoststate.differences(before, after) == []
-    assert not processes_named("kubelet", "containerd", realnode.SHIM)
-
-
-def processes_named(*names: str) -> list[str]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0].decode()
-            except OSError:
-                continue
-            if Path(argv0).name in names:
-                found.append(f"{entry.name} {argv0}")
-    return found
 
 
 def test_down_after_the_kubelet_and_containerd_were_killed_still_leaves_the_host_as_found(

@@ -15,7 +15,7 @@ Two real nodes (`REAL_NODES = 2`: real-1 and real-2, each its own containerd and
 bridge): the scale-in and rollback cases let the scheduler place the pods on either; the node-termination case
 spreads the workers over both and takes real-2 away.
 
-Skipped with the reason when the real node is not possible (see test_real_node.py) or the image cannot be
+Skipped with the reason when the real node is not possible (`real_testbed` in conftest.py) or the image cannot be
 built (the build's output is in the skip message), or when MPIJOB_SKIP_HOROVOD=1; each of these is a failure
 instead in CI (`CI=true`) and under `make e2e` (MPIJOB_REQUIRE_REAL_NODE=1), cannot_run.py.
 """
@@ -38,17 +38,7 @@ from cannot_run import cannot_run
 from kube import API_VERSION, Kube, eventually, mpijob
 from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess
-from test_real_node import (  # noqa: F401
-    HOSTNAME,
-    ON_REAL_NODE,
-    assert_down_leaves_the_host_as_found,
-    kubectl,
-    real_testbed,
-    record,
-    rn_api,
-    rn_kube,
-    rn_operator,
-)
+from real_node import HOSTNAME, ON_REAL_NODE, assert_down_leaves_the_host_as_found, kubectl, record
 
 from mpijob.api import constants as c
 from mpijob_testbed import SPOT_ITN_TAINT, cluster, realnode, taint_node, untaint_node
@@ -59,7 +49,7 @@ from mpijob_testbed.paths import repo_root
 pytestmark = [pytest.mark.integration, pytest.mark.realnode]
 
 Obj = dict[str, Any]
-# real_testbed (test_real_node.py) starts this many real nodes for this module.
+# real_testbed (conftest.py) starts this many real nodes for this module.
 REAL_NODES = 2
 HOROVOD_IMAGE = "mpijob.local/horovod:testbed"
 HERE = Path(__file__).parent / "horovod"
@@ -85,7 +75,7 @@ def horovod_wanted() -> None:
 
 
 @pytest.fixture(scope="module")
-def horovod_image(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> str:  # noqa: F811
+def horovod_image(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> str:
     tb = real_testbed[0]
     out = tb.state_dir / "horovod-image"
     build = subprocess.run(
@@ -305,9 +295,9 @@ async def start_training(
 
 
 async def test_without_the_graceful_order_horovod_rolls_back_and_blacklists_the_lost_hosts(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
     horovod_image: str,
 ) -> None:
     """The same two workers lost while Horovod still counts on them (their pods deleted directly, no
@@ -335,9 +325,9 @@ async def test_without_the_graceful_order_horovod_rolls_back_and_blacklists_the_
 
 
 async def test_horovod_elastic_keeps_training_through_a_targeted_scale_in_without_rollback_or_blacklist(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
     horovod_image: str,
 ) -> None:
     tb, kube = real_testbed[0], rn_kube
@@ -486,10 +476,10 @@ async def watch_deletions(kube: Kube, job: str, victims: list[str], seen: dict[s
 
 
 async def test_a_spot_interruption_on_one_of_two_real_nodes_removes_its_workers_at_a_commit_and_the_rest_train_on(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_api: ApiClient,  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_api: ApiClient,
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
     horovod_image: str,
 ) -> None:
     """Four workers spread two and two over real-1 and real-2 (the launcher on real-1), then real-2 gets AWS's
@@ -607,10 +597,10 @@ async def watch_probes(kube: Kube, job: str, seen: dict[str, Obj]) -> None:
 # two newcomers were listed ~1 s apart, Horovod 0.28.1's State.on_reset() dropped the second host update and
 # the job stayed one short of its target (1 run in 4; docs/results.md, "Regrow under Horovod").
 async def test_after_a_spot_interruption_the_job_waits_with_timed_out_probes_and_grows_back_when_real_2_returns(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_api: ApiClient,  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_api: ApiClient,
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
     horovod_image: str,
 ) -> None:
     """Regrow on real Horovod (issue 19 item 4). Four workers, two and two on real-1 and real-2, each requesting
@@ -768,9 +758,9 @@ PRE_STOP_SLEEP_S = 20
 
 @pytest.mark.parametrize("pre_stop", [False, True], ids=["worker-as-is", "worker-with-prestop-sleep"])
 async def test_an_eviction_of_a_real_horovod_worker_takes_it_out_of_discovery_and_the_rest_train_on(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
     horovod_image: str,
     pre_stop: bool,
 ) -> None:
@@ -843,7 +833,7 @@ async def test_an_eviction_of_a_real_horovod_worker_takes_it_out_of_discovery_an
 
 
 def test_down_leaves_the_host_as_it_found_it_after_two_real_nodes(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
 ) -> None:
     """Both kubelets and containerds, real-2's cgroup root and bridge address: all gone, the host as before."""
     assert_down_leaves_the_host_as_found(real_testbed)

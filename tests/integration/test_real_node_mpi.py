@@ -34,6 +34,7 @@ from cannot_run import cannot_run
 from kube import API_VERSION, Kube, eventually, has_condition, job_has, mpijob, operator_caught_up
 from operator_harness import OperatorProcess
 from previous_version import PREVIOUS_SOURCE  # the source of the image a `helm upgrade` starts from
+from real_node import ON_REAL_NODE, kubectl, record
 
 # The reference's own e2e suite, run on this module's testbed, operator and images (reference_e2e.py).
 from reference_e2e import (  # noqa: F401
@@ -43,15 +44,6 @@ from reference_e2e import (  # noqa: F401
     test_the_reference_e2e_suite_passes_the_same_specs_under_the_reference_operator_itself,
 )
 from reference_operator import Reference, put_reference_crd, reference_built
-from test_real_node import (  # noqa: F401
-    ON_REAL_NODE,
-    kubectl,
-    real_testbed,
-    record,
-    rn_api,
-    rn_kube,
-    rn_operator,
-)
 
 from mpijob.api import constants as c
 from mpijob.cli.operator import install_crd
@@ -78,7 +70,7 @@ def image(name: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def mpi_images(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> dict[str, str]:  # noqa: F811
+def mpi_images(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> dict[str, str]:
     tb = real_testbed[0]
     _TESTBED[:] = [tb]
     out = tb.state_dir / "mpi-images"
@@ -207,9 +199,9 @@ def mpirun(ranks: int, *extra: str) -> str:
 
 @pytest.mark.parametrize("name", ["openmpi4", "openmpi5"])
 async def test_openmpi_root_pi_runs_its_ranks_on_both_workers(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
     mpi_images: dict[str, str],
     name: str,
 ) -> None:
@@ -228,7 +220,7 @@ KWOK_ONLY_TAINT = "testbed.mpijob.io/runs-no-processes"
 
 
 @pytest.fixture
-def unchanged_pods_land_on_real_nodes(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> Iterator[None]:  # noqa: F811
+def unchanged_pods_land_on_real_nodes(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> Iterator[None]:
     """The reference's examples carry no toleration or node selector. For them the cluster looks like one of
     real nodes only: the kwok nodes (which run no process) are tainted NoSchedule, and the real nodes' own
     taint is lifted; both are put back afterwards. The manifests stay as upstream ships them."""
@@ -267,9 +259,9 @@ async def _run_recording_placement(kube: Kube, job: str) -> tuple[Obj, dict[str,
     ],
 )
 async def test_the_reference_example_runs_unchanged_but_for_the_image(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
     mpi_images: dict[str, str],
     unchanged_pods_land_on_real_nodes: None,
     example: str,
@@ -299,9 +291,9 @@ async def test_the_reference_example_runs_unchanged_but_for_the_image(
 
 
 async def test_a_wrong_command_fails_the_job(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
     mpi_images: dict[str, str],
 ) -> None:
     """Root without --allow-run-as-root: OpenMPI refuses, the launcher fails twice (backoffLimit 1), Failed."""
@@ -327,9 +319,9 @@ async def test_a_wrong_command_fails_the_job(
 
 
 async def test_created_suspended_makes_no_pods_until_resumed_then_succeeds(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
     mpi_images: dict[str, str],
 ) -> None:
     tb, kube = real_testbed[0], rn_kube
@@ -344,9 +336,9 @@ async def test_created_suspended_makes_no_pods_until_resumed_then_succeeds(
 
 
 async def test_host_network_job_resolves_its_worker_through_cluster_dns_and_succeeds(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
     mpi_images: dict[str, str],
 ) -> None:
     """hostNetwork on launcher and worker (the reference's case: 1 worker, 1 rank). The operator sets
@@ -381,9 +373,9 @@ async def test_host_network_job_resolves_its_worker_through_cluster_dns_and_succ
 
 
 async def test_non_root_user_runs_pi_with_its_own_sshd(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
     mpi_images: dict[str, str],
 ) -> None:
     """runAsUser 1000 on both, the key pair at sshAuthMountPath /home/mpiuser/.ssh, the worker running sshd
@@ -404,9 +396,9 @@ async def test_non_root_user_runs_pi_with_its_own_sshd(
 
 
 async def test_wait_for_workers_ready_creates_the_launcher_after_a_real_readiness_probe(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
     mpi_images: dict[str, str],
 ) -> None:
     """launcherCreationPolicy WaitForWorkersReady with a TCP readiness probe on sshd's port: the launcher
@@ -442,9 +434,9 @@ async def test_wait_for_workers_ready_creates_the_launcher_after_a_real_readines
 
 
 async def test_mpich_pi_runs_across_workers_after_waiting_for_their_names(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
     mpi_images: dict[str, str],
 ) -> None:
     """MPICH (Hydra reads the operator's HYDRA_HOST_FILE): the launcher waits until every hostfile name
@@ -468,9 +460,9 @@ async def test_mpich_pi_runs_across_workers_after_waiting_for_their_names(
 
 
 async def test_managed_by_an_external_controller_creates_nothing(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
     mpi_images: dict[str, str],
 ) -> None:
     kube = rn_kube
@@ -488,8 +480,8 @@ async def test_managed_by_an_external_controller_creates_nothing(
 
 @pytest.fixture
 def cluster_domain_operator(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_operator: OperatorProcess,
     tmp_path: Path,
 ) -> Iterator[OperatorProcess]:
     """The module's operator replaced for one test by one with `--cluster-domain cluster.local`."""
@@ -513,8 +505,8 @@ def operator_instead(
 
 
 async def test_cluster_domain_and_launcher_as_worker(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
     cluster_domain_operator: OperatorProcess,
     mpi_images: dict[str, str],
 ) -> None:
@@ -534,8 +526,8 @@ async def test_cluster_domain_and_launcher_as_worker(
 
 @pytest.fixture
 def gang_operator(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_operator: OperatorProcess,
     tmp_path: Path,
 ) -> Iterator[OperatorProcess]:
     """The coscheduling scheduler (scheduler-plugins, built from its Go module) on this testbed, and the module's
@@ -551,8 +543,8 @@ def gang_operator(
 
 
 async def test_gang_scheduling_holds_every_pod_until_the_gang_fits_then_pi_runs(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
     gang_operator: OperatorProcess,
     mpi_images: dict[str, str],
 ) -> None:
@@ -591,9 +583,9 @@ async def test_gang_scheduling_holds_every_pod_until_the_gang_fits_then_pi_runs(
 
 
 async def test_a_real_mpirun_job_started_under_the_reference_keeps_running_across_the_switch_and_succeeds(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
     mpi_images: dict[str, str],
 ) -> None:
     """docs/migration.md's one-step switch with a job in flight: the reference (built from its module) starts
@@ -647,7 +639,7 @@ CRD_FILE = "deploy/crd/kubeflow.org_mpijobs.yaml"
 
 
 @pytest.fixture(scope="module")
-def operator_image(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> str:  # noqa: F811
+def operator_image(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> str:
     """`make image`'s archive, loaded onto the real nodes under a name the kubelet never pulls."""
     version = tomllib.loads((repo_root() / "pyproject.toml").read_text())["project"]["version"]
     archive = IMAGE_DIR / f"mpijob-operator-{version}.oci.tar"
@@ -660,7 +652,7 @@ def operator_image(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> str:
 @contextlib.contextmanager
 def installed_as_pods(
     tb: cluster.Testbed,
-    rn_operator: OperatorProcess,  # noqa: F811
+    rn_operator: OperatorProcess,
     install: str,
     our_crd: bool = True,
 ) -> Iterator[None]:
@@ -686,8 +678,8 @@ def installed_as_pods(
 
 @pytest.fixture
 def operator_as_reference_pod(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_operator: OperatorProcess,
     operator_image: str,
     unchanged_pods_land_on_real_nodes: None,
 ) -> Iterator[str]:
@@ -702,8 +694,8 @@ def operator_as_reference_pod(
 
 @pytest.fixture
 def reference_operator_as_pod(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_operator: OperatorProcess,
     unchanged_pods_land_on_real_nodes: None,
 ) -> Iterator[str]:
     """The reference operator itself as its install file runs it, not a line changed (its CRD too): its image,
@@ -749,8 +741,8 @@ def _leader(tb: cluster.Testbed, ns: str = reference_install.NAMESPACE, lease: s
 
 
 async def test_the_references_install_with_only_its_image_swapped_runs_the_operator_as_a_pod_that_runs_pi(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
     mpi_images: dict[str, str],
     operator_as_reference_pod: str,
 ) -> None:
@@ -777,8 +769,8 @@ async def test_the_references_install_with_only_its_image_swapped_runs_the_opera
 
 
 async def test_two_operator_pods_fail_over_when_the_leader_is_deleted_and_the_running_job_is_not_disturbed(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
     mpi_images: dict[str, str],
     operator_as_reference_pod: str,
 ) -> None:
@@ -847,9 +839,9 @@ def ha_overlay_with_image(tb: cluster.Testbed, image: str, where: Path) -> str:
 
 @pytest.mark.parametrize(("path", "replicas"), [("bundle", 1), ("ha-overlay", 2)])
 async def test_our_bundle_and_ha_overlay_run_the_image_as_pods_that_lead_and_run_pi(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
     mpi_images: dict[str, str],
     operator_image: str,
     unchanged_pods_land_on_real_nodes: None,
@@ -886,7 +878,7 @@ HELM = Path(os.environ.get("MPIJOB_HELM_BIN", repo_root() / ".cache" / "helm" / 
 
 
 @pytest.fixture(scope="module")
-def previous_operator_image(real_testbed: tuple[cluster.Testbed, dict[str, Any]], operator_image: str) -> str:  # noqa: F811
+def previous_operator_image(real_testbed: tuple[cluster.Testbed, dict[str, Any]], operator_image: str) -> str:
     """The operator image built from PREVIOUS_SOURCE by that source's own build script (cached by its stamp
     in .cache/image-previous; the Debian root filesystem is the current build's), loaded onto the nodes."""
     root = repo_root()
@@ -923,9 +915,9 @@ def helm(*args: str, timeout: float = 240, check: bool = True) -> str:
 
 
 async def test_a_helm_upgrade_to_another_image_disturbs_no_running_job_and_the_new_pod_serves_a_scale_in(
-    real_testbed: tuple[cluster.Testbed, dict[str, Any]],  # noqa: F811
-    rn_kube: Kube,  # noqa: F811
-    rn_operator: OperatorProcess,  # noqa: F811
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
     mpi_images: dict[str, str],
     operator_image: str,
     previous_operator_image: str,

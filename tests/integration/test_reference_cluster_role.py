@@ -16,12 +16,11 @@ from typing import Any
 import pytest
 import reference_examples
 import yaml
-from kube import Kube, eventually, has_condition, live, mpijob
+from kube import Kube, eventually, has_condition, live, mpijob, wait_condition, wait_running
 from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess, _free_port
 from rbac import server_side_apply, service_account_token, token_kubeconfig
 from reference_operator import REFERENCE, reference_built
-from test_core import wait_condition, wait_running
 
 from mpijob.api import constants as c
 from mpijob_testbed import complete_pod

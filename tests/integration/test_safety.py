@@ -193,8 +193,8 @@ async def test_relist_drops_ghosts_keeps_live_objects_and_enqueues_their_jobs(ku
 async def test_hostile_annotations_and_status_values_never_crash_wedge_or_delete(
     kube: Kube, api: Any, running_operator: Any
 ) -> None:
+    from elastic_jobs import elastic_job, own_nodes, start_job
     from kube import merge_patch
-    from test_elastic import elastic_job, own_nodes, start_job
 
     from mpijob.api import constants as c
 
@@ -322,8 +322,8 @@ def _hostile_examples(count: int) -> list[tuple[dict[str, Any], dict[str, Any], 
 async def test_hypothesis_generated_annotations_labels_and_status_never_crash_wedge_or_delete(
     kube: Kube, api: Any, running_operator: Any
 ) -> None:
+    from elastic_jobs import elastic_job, own_nodes, start_job
     from kube import eventually, merge_patch
-    from test_elastic import elastic_job, own_nodes, start_job
 
     job = "generated"
     admitted = refused = 0

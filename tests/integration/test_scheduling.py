@@ -3,7 +3,7 @@ its webhooks) and the scheduler-plugins scheduler running the Coscheduling plugi
 modules by testbed/extras/build.sh. Tests skip, saying why, only when a component could not be built or
 MPIJOB_TEST_KUBECONFIG points away from the testbed; in CI (CI=true) that is a failure (cannot_run.py).
 
-Each test works on its own kwok nodes (tainted so that only its pods land there, see test_elastic.py) and
+Each test works on its own kwok nodes (tainted so that only its pods land there, see elastic_jobs.py) and
 its own cluster-scoped Kueue objects, deleted afterwards.
 """
 
@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 from cannot_run import cannot_run
+from elastic_jobs import HOSTNAME, OWNER_TAINT, TOLERATE_OWNER, own_nodes
 from kube import Kube, container, eventually, has_condition, label_node, live, mpijob
 from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess
-from test_elastic import HOSTNAME, OWNER_TAINT, TOLERATE_OWNER, own_nodes
 
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION

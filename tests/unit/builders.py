@@ -159,6 +159,39 @@ def running_status(started: str | None = None) -> Obj:
     }
 
 
+def running_elastic_job(
+    *,
+    workers: int,
+    min_replicas: int = 1,
+    max_replicas: int = 8,
+    policy: str | None = None,
+    grace: int | None = None,
+    to_delete: Sequence[str] = (),
+    index_policy: str | None = None,
+    regrow: Obj | None = None,
+    last_index: int | None = None,
+    discovered: bool = False,
+) -> Obj:
+    """The elastic job "pi", Running (`running_status`) with `workers` workers: the unit tests' one builder of
+    it. `policy` is the nodeTerminationPolicy; `last_index` the status' lastWorkerIndex; `discovered` puts
+    every worker in the status' discoveredHosts."""
+    status = running_status()
+    if last_index is not None:
+        status["lastWorkerIndex"] = last_index
+    if discovered:
+        status["discoveredHosts"] = [f"pi-worker-{i}" for i in range(workers)]
+    policy_block = elastic(
+        min_replicas,
+        max_replicas,
+        workers_to_delete=to_delete,
+        node_termination_policy=policy,
+        grace=grace,
+        index_policy=index_policy,
+        regrow=regrow,
+    )
+    return mpijob(workers=workers, elastic_policy=policy_block, status=status)
+
+
 def _cond(kind: str, status: str, reason: str, message: str, t: str) -> Obj:
     return {
         "type": kind,

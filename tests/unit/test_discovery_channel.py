@@ -14,7 +14,6 @@ from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Obj, OperatorConfig
 
 from .builders import (
-    NO_REGROW,
     SPOT_TAINT,
     cond,
     config_map,
@@ -36,7 +35,7 @@ from .builders import (
     template,
     writes,
 )
-from .world import World
+from .world import World, running_world
 
 RBAC = "rbac.authorization.k8s.io/v1"
 ACCESS_KINDS = {"ServiceAccount", "Role", "RoleBinding"}
@@ -245,16 +244,6 @@ def test_binding_with_another_role_ref_is_replaced() -> None:
 # -- the list and the nudge ---------------------------------------------------------------------------------
 
 
-def _running_world(workers: int = 4) -> World:
-    world = World(placement=["node-1", "node-2"])
-    world.add_nodes("node-1", "node-2")
-    world.add(mpijob(workers=workers, elastic_policy=elastic(1, 8, grace=30, regrow=NO_REGROW)))
-    world.settle("pi")
-    world.start_launcher("pi")
-    world.settle("pi")
-    return world
-
-
 def _launcher_annotation(world: World) -> str | None:
     (pod,) = [p for p in world.pods() if p["metadata"]["name"].startswith("pi-launcher-")]
     value = (pod["metadata"].get("annotations") or {}).get(c.ANNOTATION_DISCOVERED_HOSTS)
@@ -262,7 +251,7 @@ def _launcher_annotation(world: World) -> str | None:
 
 
 def test_launcher_pod_carries_the_same_list_as_the_config_map() -> None:
-    world = _running_world()
+    world = running_world()
 
     listed = world.config_data("pi")[c.DISCOVERED_HOSTS_KEY]
     assert hosts_in(listed) == ["pi-worker-0", "pi-worker-1", "pi-worker-2", "pi-worker-3"]
@@ -271,7 +260,7 @@ def test_launcher_pod_carries_the_same_list_as_the_config_map() -> None:
 
 
 def test_discovery_change_nudges_the_launcher_once_and_a_steady_job_not_at_all() -> None:
-    world = _running_world()
+    world = running_world()
     world.advance(5)
     world.job("pi")["spec"]["elasticPolicy"]["workersToDelete"] = ["pi-worker-1"]
     world.job("pi")["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 3
@@ -286,7 +275,7 @@ def test_discovery_change_nudges_the_launcher_once_and_a_steady_job_not_at_all()
 
 
 def test_unchanged_hosts_keep_the_list_and_its_changed_time() -> None:
-    world = _running_world()
+    world = running_world()
     before = world.config_data("pi")[c.DISCOVERED_HOSTS_KEY]
     world.advance(60)
     # A change the list does not depend on (a worker's deletion cost).
@@ -312,7 +301,7 @@ def test_finished_or_terminating_launcher_pods_are_not_nudged() -> None:
 
 
 def test_a_list_that_is_not_ours_in_the_annotation_is_replaced() -> None:
-    world = _running_world()
+    world = running_world()
     (pod,) = [p for p in world.pods() if p["metadata"]["name"].startswith("pi-launcher-")]
     pod["metadata"]["annotations"][c.ANNOTATION_DISCOVERED_HOSTS] = "evil.example.com:8\n"
 
@@ -325,7 +314,7 @@ def test_a_list_that_is_not_ours_in_the_annotation_is_replaced() -> None:
 
 
 def test_node_taint_writes_discovery_first_then_defers_the_rest() -> None:
-    world = _running_world()
+    world = running_world()
     world.taint("node-2", SPOT_TAINT)
 
     actions = plan(world.snapshot("pi"))
@@ -341,7 +330,7 @@ def test_after_the_deferred_discovery_write_the_nudge_goes_first_behind_the_mark
     decision's record and the leaving marks just before it: it tells the launcher the leaving workers'
     deadlines, and those must be on the pods by then (a Defer between them would let the next pass mark the
     workers with deadlines of its own clock)."""
-    world = _running_world()
+    world = running_world()
     world.taint("node-2", SPOT_TAINT)
     world.apply(plan(world.snapshot("pi")))
     assert [p["metadata"]["name"] for p in world.pods() if "leaving-since" in str(p["metadata"])] == []
@@ -375,7 +364,7 @@ def test_the_defer_after_the_config_map_says_the_launcher_nudges_are_still_to_go
     """The first pass after a taint writes only the ConfigMap; its Defer says the nudges it cut are urgent
     too (`Plan.urgent_rest`: the controller queues that pass at DISCOVERY, ahead of every job's ordinary rest).
     The plan after the nudges says nothing is left that a launcher reads."""
-    world = _running_world()
+    world = running_world()
     world.taint("node-2", SPOT_TAINT)
 
     first = plan(world.snapshot("pi"), urgent_first=urgent_first)
@@ -389,7 +378,7 @@ def test_the_defer_after_the_config_map_says_the_launcher_nudges_are_still_to_go
 
 
 def test_node_taint_converges_to_the_same_end_state_through_the_deferral() -> None:
-    world = _running_world()
+    world = running_world()
     world.taint("node-2", SPOT_TAINT)
 
     world.settle("pi")
@@ -422,7 +411,7 @@ def test_foreign_config_map_is_not_read_for_discovery_decisions() -> None:
 
 
 def test_a_config_map_change_that_keeps_every_host_does_not_defer() -> None:
-    world = _running_world(workers=2)
+    world = running_world(workers=2)
     # One more worker: the hostfile changes at once, discovery only once it runs; nobody leaves.
     world.job("pi")["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 3
 
@@ -437,7 +426,7 @@ def test_a_node_termination_is_announced_once_even_when_a_mark_after_its_record_
     """Seen on real nodes: the kubelet updated a worker between the plan and its leaving mark, so the mark
     (optimistic on the pod's resourceVersion) got a 409 after the spec patch had recorded the decision. The
     next plan reads the names as listed in workersToDelete; the NodeTerminating Event was never posted."""
-    world = _running_world()
+    world = running_world()
     world.taint("node-2", SPOT_TAINT)
     actions = plan(world.snapshot("pi"))
     while writes(actions)[0].kind != "MPIJob":  # type: ignore[union-attr]

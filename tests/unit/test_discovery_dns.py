@@ -13,12 +13,11 @@ from mpijob.api import constants as c
 from mpijob.planner import discovery
 
 from .builders import hosts_in
-from .test_discovery_channel import _running_world
-from .world import World
+from .world import World, running_world
 
 
 def _world() -> World:
-    return _running_world(workers=3)
+    return running_world(workers=3)
 
 
 def test_a_running_worker_is_listed_only_once_it_is_ready() -> None:

@@ -33,7 +33,7 @@ from .builders import (
     patched_pods,
     patches,
     requeue,
-    running_status,
+    running_elastic_job,
     snap,
     spec_patches,
     status_of,
@@ -43,14 +43,6 @@ from .world import World, is_leaving, is_terminating
 
 GRACE = 30
 REASONS = ["TerminationByKubelet", "EvictionByEvictionAPI", "PreemptionByScheduler", "DeletionByTaintManager"]
-
-
-def _job(replicas: int = 4, min_replicas: int = 2, policy: str | None = None) -> Obj:
-    return mpijob(
-        workers=replicas,
-        elastic_policy=elastic(min_replicas, 8, node_termination_policy=policy, grace=GRACE, regrow=NO_REGROW),
-        status={**running_status(), "discoveredHosts": [f"pi-worker-{i}" for i in range(replicas)]},
-    )
 
 
 def _pods(job: Obj, count: int = 4, *, disrupted: int = 2, reason: str = "TerminationByKubelet") -> list[Obj]:
@@ -80,7 +72,7 @@ def _discovered(actions: Sequence[Action]) -> list[str]:
 def test_a_disruption_target_leaves_discovery_in_the_plan_that_first_sees_it_and_scale_in_lists_it(
     reason: str,
 ) -> None:
-    job = _job()
+    job = running_elastic_job(workers=4, min_replicas=2, grace=GRACE, regrow=NO_REGROW, discovered=True)
 
     actions = plan(snap(job, _pods(job, reason=reason), node_map=_nodes(), **_serving(job)))
 
@@ -110,7 +102,7 @@ def test_a_disruption_target_leaves_discovery_in_the_plan_that_first_sees_it_and
 
 
 def test_a_disruption_target_with_status_false_is_no_signal() -> None:
-    job = _job()
+    job = running_elastic_job(workers=4, min_replicas=2, grace=GRACE, regrow=NO_REGROW, discovered=True)
     pods = _pods(job, disrupted=-1)
     pods[2]["status"]["conditions"].append(disruption_target("EvictionByEvictionAPI", status="False"))
 
@@ -122,7 +114,7 @@ def test_a_disruption_target_with_status_false_is_no_signal() -> None:
 
 
 def test_scale_in_for_a_disruption_target_never_goes_below_min_replicas_and_replaces_the_rest() -> None:
-    job = _job(replicas=2, min_replicas=2)
+    job = running_elastic_job(workers=2, min_replicas=2, grace=GRACE, regrow=NO_REGROW, discovered=True)
     pods = [worker(job, 0, node="node-1"), worker(job, 1, node="node-2", disruption="EvictionByEvictionAPI")]
 
     actions = plan(snap(job, pods, node_map=_nodes(), **existing_children(job)))
@@ -135,7 +127,9 @@ def test_scale_in_for_a_disruption_target_never_goes_below_min_replicas_and_repl
 
 
 def test_replace_lists_a_disruption_target_without_lowering_replicas_and_replaces_it() -> None:
-    job = _job(policy="Replace")
+    job = running_elastic_job(
+        workers=4, min_replicas=2, policy="Replace", grace=GRACE, regrow=NO_REGROW, discovered=True
+    )
 
     actions = plan(snap(job, _pods(job, reason="PreemptionByScheduler"), node_map=_nodes(), **existing_children(job)))
 
@@ -148,7 +142,9 @@ def test_replace_lists_a_disruption_target_without_lowering_replicas_and_replace
 
 
 def test_ignore_only_takes_a_disruption_target_out_of_discovery_and_says_so_once() -> None:
-    job = _job(policy="Ignore")
+    job = running_elastic_job(
+        workers=4, min_replicas=2, policy="Ignore", grace=GRACE, regrow=NO_REGROW, discovered=True
+    )
     kids = _serving(job)
 
     actions = plan(snap(job, _pods(job), node_map=_nodes(), **kids))
@@ -190,7 +186,7 @@ def test_ignore_replaces_a_disruption_target_once_it_is_gone() -> None:
 def test_a_disruption_target_on_a_cordoned_node_at_the_floor_is_not_held() -> None:
     # A cordon alone is held at the floor (rule 8); a pod that is being killed is not: holding it would keep
     # a dying host in discovery.
-    job = _job(replicas=2, min_replicas=2)
+    job = running_elastic_job(workers=2, min_replicas=2, grace=GRACE, regrow=NO_REGROW, discovered=True)
     pods = [worker(job, 0, node="node-1"), worker(job, 1, node="node-2", disruption="EvictionByEvictionAPI")]
     nodes = {"node-1": node("node-1"), "node-2": node("node-2", unschedulable=True)}
 
@@ -203,7 +199,7 @@ def test_a_disruption_target_on_a_cordoned_node_at_the_floor_is_not_held() -> No
 
 def test_a_worker_evicted_through_the_eviction_api_is_named_with_its_signal_when_replicas_follow() -> None:
     # The Eviction API sets the condition and deletes the pod: it is terminating before the operator acts.
-    job = _job()
+    job = running_elastic_job(workers=4, min_replicas=2, grace=GRACE, regrow=NO_REGROW, discovered=True)
     pods = _pods(job, disrupted=-1)
     pods[1] = worker(job, 1, node="node-1", terminating=True, disruption="EvictionByEvictionAPI")
 
@@ -218,7 +214,9 @@ def test_a_worker_evicted_through_the_eviction_api_is_named_with_its_signal_when
 
 def test_a_pod_the_kubelet_stopped_for_a_node_shutdown_without_the_condition_is_a_disruption_too() -> None:
     # Kubelets before 1.26 set no condition: status.reason Terminated and the node-shutdown message say it.
-    job = _job(policy="Replace")
+    job = running_elastic_job(
+        workers=4, min_replicas=2, policy="Replace", grace=GRACE, regrow=NO_REGROW, discovered=True
+    )
     pods = _pods(job, disrupted=-1)
     pods[2] = worker(
         job,
@@ -289,7 +287,7 @@ def test_an_eviction_gives_one_worker_lost_event_whichever_of_its_writes_the_pla
     """The Eviction API writes twice (the DisruptionTarget condition, then the delete) and the pod then goes:
     a plan may see any of the three. The same fact gives the same Event and the same decision; a plan that
     saw the condition used to say WorkersDisrupted, one that saw the delete WorkerLost (issue 31)."""
-    job = _job()
+    job = running_elastic_job(workers=4, min_replicas=2, grace=GRACE, regrow=NO_REGROW, discovered=True)
     pods = _pods(job, reason="EvictionByEvictionAPI")
     if seen == "the delete after it":
         pods[2]["metadata"]["deletionTimestamp"] = pods[2]["metadata"]["creationTimestamp"]

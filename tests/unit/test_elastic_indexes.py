@@ -15,6 +15,7 @@ from .builders import (
     existing_children,
     foreign_pod,
     mpijob,
+    running_elastic_job,
     running_status,
     snap,
     status_of,
@@ -23,32 +24,31 @@ from .builders import (
 from .world import World
 
 
-def _job(replicas: int, policy: str | None = None, last: int | None = None) -> Obj:
-    status = running_status()
-    if last is not None:
-        status["lastWorkerIndex"] = last
-    return mpijob(workers=replicas, elastic_policy=elastic(1, 16, index_policy=policy), status=status)
-
-
 def _created(job: Obj, indexes: list[int], foreign: list[Obj] | None = None) -> list[str]:
     pods = [worker(job, i) for i in indexes]
     return created_names(plan(snap(job, pods, foreign=foreign or [], **existing_children(job))), "Pod")
 
 
 def test_fill_gaps_takes_the_lowest_free_indexes() -> None:
-    assert _created(_job(4, "FillGaps", last=5), [0, 2]) == ["pi-worker-1", "pi-worker-3"]
+    assert _created(running_elastic_job(workers=4, max_replicas=16, index_policy="FillGaps", last_index=5), [0, 2]) == [
+        "pi-worker-1",
+        "pi-worker-3",
+    ]
 
 
 def test_fill_gaps_is_the_default() -> None:
-    assert _created(_job(3, None, last=9), [1, 2]) == ["pi-worker-0"]
+    assert _created(running_elastic_job(workers=3, max_replicas=16, last_index=9), [1, 2]) == ["pi-worker-0"]
 
 
 def test_append_takes_indexes_above_the_highest_ever_used() -> None:
-    assert _created(_job(4, "Append", last=5), [0, 2]) == ["pi-worker-6", "pi-worker-7"]
+    assert _created(running_elastic_job(workers=4, max_replicas=16, index_policy="Append", last_index=5), [0, 2]) == [
+        "pi-worker-6",
+        "pi-worker-7",
+    ]
 
 
 def test_append_without_history_starts_above_the_current_workers() -> None:
-    assert _created(_job(3, "Append"), [0, 2]) == ["pi-worker-3"]
+    assert _created(running_elastic_job(workers=3, max_replicas=16, index_policy="Append"), [0, 2]) == ["pi-worker-3"]
 
 
 def test_fresh_append_job_starts_at_zero() -> None:
@@ -58,24 +58,31 @@ def test_fresh_append_job_starts_at_zero() -> None:
 
 @pytest.mark.parametrize("policy", ["FillGaps", "Append"])
 def test_created_indexes_are_remembered_in_status(policy: str) -> None:
-    job = _job(3, policy, last=4)
+    job = running_elastic_job(workers=3, max_replicas=16, index_policy=policy, last_index=4)
     status = status_of(plan(snap(job, [worker(job, 0), worker(job, 4)], **existing_children(job))))
     assert status is not None
     assert status["lastWorkerIndex"] == (4 if policy == "FillGaps" else 5)
 
 
 def test_a_foreign_pod_holding_a_worker_name_is_skipped() -> None:
-    assert _created(_job(3, "FillGaps"), [0], [foreign_pod("pi-worker-1")]) == ["pi-worker-2", "pi-worker-3"]
+    assert _created(
+        running_elastic_job(workers=3, max_replicas=16, index_policy="FillGaps"), [0], [foreign_pod("pi-worker-1")]
+    ) == ["pi-worker-2", "pi-worker-3"]
 
 
 def test_many_foreign_pods_holding_worker_names_are_all_skipped() -> None:
     foreign = [foreign_pod(f"pi-worker-{i}") for i in range(5)]
-    assert _created(_job(2, "FillGaps"), [], foreign) == ["pi-worker-5", "pi-worker-6"]
+    assert _created(running_elastic_job(workers=2, max_replicas=16, index_policy="FillGaps"), [], foreign) == [
+        "pi-worker-5",
+        "pi-worker-6",
+    ]
 
 
 def test_foreign_pods_above_the_history_are_skipped_by_append() -> None:
     foreign = [foreign_pod(f"pi-worker-{i}") for i in range(3, 9)]
-    assert _created(_job(3, "Append", last=2), [0, 1, 2][:2], foreign) == ["pi-worker-9"]
+    assert _created(
+        running_elastic_job(workers=3, max_replicas=16, index_policy="Append", last_index=2), [0, 1, 2][:2], foreign
+    ) == ["pi-worker-9"]
 
 
 def test_a_terminating_worker_still_holds_its_index() -> None:

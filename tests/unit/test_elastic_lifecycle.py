@@ -7,7 +7,6 @@ import pytest
 from mpijob.api import constants as c
 from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.plan import plan
-from mpijob.planner.snapshot import Obj
 
 from .builders import (
     at,
@@ -29,6 +28,7 @@ from .builders import (
     patches,
     pdb,
     requeue,
+    running_elastic_job,
     running_status,
     snap,
     spec_patches,
@@ -40,14 +40,6 @@ from .builders import (
 from .world import World, is_leaving
 
 GRACE = 30
-
-
-def _job(replicas: int, min_replicas: int = 1, to_delete: list[str] | None = None, **kw: object) -> Obj:
-    return mpijob(
-        workers=replicas,
-        elastic_policy=elastic(min_replicas, 8, workers_to_delete=to_delete or (), grace=GRACE, **kw),  # type: ignore[arg-type]
-        status=running_status(),
-    )
 
 
 # -- PodDisruptionBudget ---------------------------------------------------------------------------------
@@ -71,7 +63,7 @@ def test_elastic_job_gets_a_pdb_with_min_available_equal_to_min_replicas() -> No
 
 
 def test_pdb_follows_a_changed_min_replicas() -> None:
-    job = _job(4, min_replicas=2)
+    job = running_elastic_job(workers=4, min_replicas=2, grace=GRACE)
     kids = existing_children(job)
     kids["pdb_obj"] = pdb(job, 1)
 
@@ -92,7 +84,7 @@ def test_non_elastic_job_has_no_pdb_and_drops_an_owned_one() -> None:
 
 
 def test_foreign_pdb_is_never_touched() -> None:
-    job = _job(2)
+    job = running_elastic_job(workers=2, grace=GRACE)
     kids = existing_children(job)
     kids["pdb_obj"] = pdb(job, 7, owner=mpijob(name="other", uid="uid-other"))
 
@@ -122,7 +114,7 @@ def test_elastic_job_runs_with_at_least_min_replicas_running_workers(running: in
 
 
 def test_listed_worker_already_terminating_is_not_waited_for() -> None:
-    job = _job(2, to_delete=["pi-worker-2"])
+    job = running_elastic_job(workers=2, grace=GRACE, to_delete=["pi-worker-2"])
     pods = [worker(job, 0), worker(job, 1), worker(job, 2, terminating=True)]
 
     actions = plan(snap(job, pods, **existing_children(job)))
@@ -134,7 +126,7 @@ def test_listed_worker_already_terminating_is_not_waited_for() -> None:
 
 
 def test_listed_worker_whose_node_is_gone_is_deleted_at_once() -> None:
-    job = _job(2, to_delete=["pi-worker-2"])
+    job = running_elastic_job(workers=2, grace=GRACE, to_delete=["pi-worker-2"])
     pods = [worker(job, 0), worker(job, 1), worker(job, 2, node="node-gone")]
 
     actions = plan(snap(job, pods, node_map={"node-1": node("node-1")}, **existing_children(job)))
@@ -145,7 +137,7 @@ def test_listed_worker_whose_node_is_gone_is_deleted_at_once() -> None:
 
 
 def test_listed_worker_that_is_not_running_is_deleted_at_once() -> None:
-    job = _job(2, to_delete=["pi-worker-2"])
+    job = running_elastic_job(workers=2, grace=GRACE, to_delete=["pi-worker-2"])
     pods = [worker(job, 0), worker(job, 1), worker(job, 2, phase="Pending", node=None)]
 
     assert deleted_pods(plan(snap(job, pods, **existing_children(job)))) == ["pi-worker-2"]
@@ -164,7 +156,7 @@ def test_zero_grace_deletes_in_the_same_plan_after_leaving_discovery() -> None:
 
 
 def test_after_a_restart_leaving_workers_are_deleted_at_since_plus_grace_and_not_reannotated() -> None:
-    job = _job(2, to_delete=["pi-worker-2", "pi-worker-3"])
+    job = running_elastic_job(workers=2, grace=GRACE, to_delete=["pi-worker-2", "pi-worker-3"])
     job["status"].pop("leavingWorkers", None)  # as if nothing else survived but the pods' annotations
     since = ts(-20)
     pods = [worker(job, 0), worker(job, 1)] + [worker(job, i, annotations=leaving(since, grace=GRACE)) for i in (2, 3)]
@@ -181,7 +173,7 @@ def test_after_a_restart_leaving_workers_are_deleted_at_since_plus_grace_and_not
 
 def test_restart_with_a_scale_down_already_decided_keeps_the_same_victims() -> None:
     # replicas 2, four workers, 0 and 3 already leaving (chosen before the restart): nobody else is chosen.
-    job = _job(2)
+    job = running_elastic_job(workers=2, grace=GRACE)
     pods = [worker(job, 0, annotations=leaving(ts(-5), "scale-down", grace=GRACE)), worker(job, 1), worker(job, 2)]
     pods.append(worker(job, 3, annotations=leaving(ts(-5), "scale-down", grace=GRACE)))
 
@@ -222,7 +214,7 @@ def test_operator_restart_between_leaving_and_deletion_in_the_world() -> None:
 
 
 def test_lowering_replicas_alone_marks_ranked_victims_as_leaving_scale_down() -> None:
-    job = _job(2)
+    job = running_elastic_job(workers=2, grace=GRACE)
     pods = [worker(job, i) for i in range(4)]
 
     actions = plan(snap(job, pods, **existing_children(job)))
@@ -235,7 +227,7 @@ def test_lowering_replicas_alone_marks_ranked_victims_as_leaving_scale_down() ->
 
 
 def test_raising_replicas_creates_workers_up_to_the_new_count() -> None:
-    job = _job(4)
+    job = running_elastic_job(workers=4, grace=GRACE)
     assert created_names(plan(snap(job, [worker(job, 0), worker(job, 1)], **existing_children(job))), "Pod") == [
         "pi-worker-2",
         "pi-worker-3",
@@ -260,7 +252,7 @@ def test_scale_subresource_change_converges_in_the_world() -> None:
 
 
 def test_suspending_an_elastic_job_removes_all_workers_at_once() -> None:
-    job = _job(3)
+    job = running_elastic_job(workers=3, grace=GRACE)
     job["spec"]["runPolicy"] = {"suspend": True}
     pods = [worker(job, i) for i in range(3)]
 
@@ -273,7 +265,7 @@ def test_suspending_an_elastic_job_removes_all_workers_at_once() -> None:
 
 
 def test_failed_worker_in_a_replace_job_leaves_at_once_and_is_replaced() -> None:
-    job = _job(2, node_termination_policy="Replace")
+    job = running_elastic_job(workers=2, policy="Replace", grace=GRACE)
     pods = [worker(job, 0), worker(job, 1, phase="Failed")]
 
     actions = plan(snap(job, pods, **existing_children(job)))
@@ -325,7 +317,7 @@ def test_elastic_job_that_succeeds_cleans_up_running_workers() -> None:
 def test_a_worker_marked_before_a_crash_but_still_in_discovery_gets_its_full_grace_period_again() -> None:
     # The annotation landed, the discovery change did not: the worker never left discovery, so
     # deleting it at since+grace would give Horovod no warning at all. It is marked again, from now.
-    job = _job(3, to_delete=["pi-worker-2"])
+    job = running_elastic_job(workers=3, grace=GRACE, to_delete=["pi-worker-2"])
     script = "#!/bin/sh\n" + "".join(f"echo pi-worker-{i}.pi.team-a.svc:1\n" for i in range(3))
     pods = [worker(job, 0), worker(job, 1), worker(job, 2, annotations=leaving(ts(-(GRACE + 5))))]
 
@@ -342,7 +334,7 @@ def test_a_config_map_without_the_discovery_list_is_an_unknown_listing_not_parse
     # Written by an operator version before the list existed: its script's echo lines are not read back.
     # Nothing is assumed about what the launcher was served, so a leaving worker whose grace period is over
     # is marked again from now (not deleted), and the ConfigMap write that adds the list goes first.
-    job = _job(3, to_delete=["pi-worker-2"])
+    job = running_elastic_job(workers=3, grace=GRACE, to_delete=["pi-worker-2"])
     script = "#!/bin/sh\n" + "".join(f"echo pi-worker-{i}.pi.team-a.svc:1\n" for i in range(2))
     assert listed_hosts({c.DISCOVER_HOSTS_KEY: script}) is None
     pods = [worker(job, 0), worker(job, 1), worker(job, 2, annotations=leaving(ts(-(GRACE + 5))))]

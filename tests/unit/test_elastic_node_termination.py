@@ -24,7 +24,7 @@ from .builders import (
     node,
     patched_pods,
     requeue,
-    running_status,
+    running_elastic_job,
     snap,
     spec_patches,
     status_of,
@@ -34,23 +34,6 @@ from .builders import (
 from .world import World, is_leaving, is_terminating
 
 GRACE = 30
-
-
-def _job(
-    replicas: int = 4, min_replicas: int = 2, policy: str | None = None, to_delete: list[str] | None = None
-) -> Obj:
-    return mpijob(
-        workers=replicas,
-        elastic_policy=elastic(
-            min_replicas,
-            8,
-            node_termination_policy=policy,
-            grace=GRACE,
-            workers_to_delete=to_delete or (),
-            regrow=NO_REGROW,
-        ),
-        status=running_status(),
-    )
 
 
 def _pods(job: Obj, count: int = 4) -> list[Obj]:
@@ -75,7 +58,7 @@ SIGNALS = {
 def test_scale_in_writes_one_spec_patch_lowering_replicas_and_listing_the_workers(
     nodes: dict[str, Obj], signal: str
 ) -> None:
-    job = _job()
+    job = running_elastic_job(workers=4, min_replicas=2, grace=GRACE, regrow=NO_REGROW)
 
     actions = plan(snap(job, _pods(job), node_map=nodes, **existing_children(job)))
 
@@ -100,20 +83,20 @@ def test_scale_in_writes_one_spec_patch_lowering_replicas_and_listing_the_worker
 
 
 def test_workers_on_a_tainted_node_wait_for_the_grace_period() -> None:
-    job = _job()
+    job = running_elastic_job(workers=4, min_replicas=2, grace=GRACE, regrow=NO_REGROW)
     actions = plan(snap(job, _pods(job), node_map=_nodes(taints=[SPOT_TAINT]), **existing_children(job)))
     assert deleted_pods(actions) == []
     assert requeue(actions) == GRACE
 
 
 def test_workers_on_a_deleted_node_are_deleted_at_once() -> None:
-    job = _job()
+    job = running_elastic_job(workers=4, min_replicas=2, grace=GRACE, regrow=NO_REGROW)
     actions = plan(snap(job, _pods(job), node_map={"node-1": node("node-1")}, **existing_children(job)))
     assert deleted_pods(actions) == ["pi-worker-2", "pi-worker-3"]
 
 
 def test_scale_in_never_goes_below_min_replicas_and_replaces_the_rest() -> None:
-    job = _job(replicas=4, min_replicas=3)
+    job = running_elastic_job(workers=4, min_replicas=3, grace=GRACE, regrow=NO_REGROW)
 
     actions = plan(snap(job, _pods(job), node_map=_nodes(taints=[SPOT_TAINT]), **existing_children(job)))
 
@@ -126,7 +109,7 @@ def test_scale_in_never_goes_below_min_replicas_and_replaces_the_rest() -> None:
 
 
 def test_scale_in_at_the_floor_lists_without_lowering_and_replaces_all() -> None:
-    job = _job(replicas=2, min_replicas=2)
+    job = running_elastic_job(workers=2, min_replicas=2, grace=GRACE, regrow=NO_REGROW)
     pods = [worker(job, 0, node="node-1"), worker(job, 1, node="node-2")]
 
     actions = plan(snap(job, pods, node_map=_nodes(taints=[SPOT_TAINT]), **existing_children(job)))
@@ -137,7 +120,7 @@ def test_scale_in_at_the_floor_lists_without_lowering_and_replaces_all() -> None
 
 
 def test_replace_lists_the_workers_without_lowering_replicas() -> None:
-    job = _job(policy="Replace")
+    job = running_elastic_job(workers=4, min_replicas=2, policy="Replace", grace=GRACE, regrow=NO_REGROW)
 
     actions = plan(snap(job, _pods(job), node_map=_nodes(taints=[SPOT_TAINT]), **existing_children(job)))
 
@@ -149,7 +132,7 @@ def test_replace_lists_the_workers_without_lowering_replicas() -> None:
 
 
 def test_ignore_does_nothing() -> None:
-    job = _job(policy="Ignore")
+    job = running_elastic_job(workers=4, min_replicas=2, policy="Ignore", grace=GRACE, regrow=NO_REGROW)
     kids = existing_children(job)
 
     actions = plan(snap(job, _pods(job), node_map=_nodes(taints=[SPOT_TAINT]), **kids))
@@ -161,13 +144,13 @@ def test_ignore_does_nothing() -> None:
 
 
 def test_taints_outside_the_configured_list_are_not_a_signal() -> None:
-    job = _job()
+    job = running_elastic_job(workers=4, min_replicas=2, grace=GRACE, regrow=NO_REGROW)
     actions = plan(snap(job, _pods(job), node_map=_nodes(taints=["example.com/other"]), **existing_children(job)))
     assert spec_patches(actions) == []
 
 
 def test_the_taint_list_is_configurable() -> None:
-    job = _job()
+    job = running_elastic_job(workers=4, min_replicas=2, grace=GRACE, regrow=NO_REGROW)
     config = OperatorConfig(termination_taints=("example.com/going-away",))
     nodes = _nodes(taints=["example.com/going-away"])
 
@@ -178,14 +161,16 @@ def test_the_taint_list_is_configurable() -> None:
 
 
 def test_cordon_is_not_a_signal_when_so_configured() -> None:
-    job = _job()
+    job = running_elastic_job(workers=4, min_replicas=2, grace=GRACE, regrow=NO_REGROW)
     config = OperatorConfig(cordon_is_termination=False)
     actions = plan(snap(job, _pods(job), node_map=_nodes(unschedulable=True), config=config, **existing_children(job)))
     assert spec_patches(actions) == []
 
 
 def test_the_reaction_is_not_repeated_once_recorded() -> None:
-    job = _job(replicas=2, to_delete=["pi-worker-2", "pi-worker-3"])
+    job = running_elastic_job(
+        workers=2, min_replicas=2, grace=GRACE, to_delete=["pi-worker-2", "pi-worker-3"], regrow=NO_REGROW
+    )
     pods = _pods(job)
     for p in pods[2:]:
         p["metadata"]["annotations"] = leaving(ts(-5), grace=GRACE)
@@ -198,14 +183,14 @@ def test_the_reaction_is_not_repeated_once_recorded() -> None:
 
 
 def test_suspended_job_does_not_react_to_node_termination() -> None:
-    job = _job()
+    job = running_elastic_job(workers=4, min_replicas=2, grace=GRACE, regrow=NO_REGROW)
     job["spec"]["runPolicy"] = {"suspend": True}
     actions = plan(snap(job, _pods(job), node_map=_nodes(taints=[SPOT_TAINT]), **existing_children(job)))
     assert spec_patches(actions) == []
 
 
 def test_listed_names_are_kept_when_a_node_adds_more() -> None:
-    job = _job(replicas=3, to_delete=["pi-worker-0"])
+    job = running_elastic_job(workers=3, min_replicas=2, grace=GRACE, to_delete=["pi-worker-0"], regrow=NO_REGROW)
 
     actions = plan(snap(job, _pods(job), node_map=_nodes(taints=[SPOT_TAINT]), **existing_children(job)))
 
@@ -219,7 +204,7 @@ def test_listed_names_are_kept_when_a_node_adds_more() -> None:
 
 @pytest.mark.parametrize("how", ["evicted", "deleted"])
 def test_externally_removed_worker_in_a_scale_in_job_lowers_replicas_and_is_not_recreated(how: str) -> None:
-    job = _job(replicas=4, min_replicas=2)
+    job = running_elastic_job(workers=4, min_replicas=2, grace=GRACE, regrow=NO_REGROW)
     pods = _pods(job)
     pods[1] = (
         worker(job, 1, phase="Failed", reason="Evicted")
@@ -238,7 +223,7 @@ def test_externally_removed_worker_in_a_scale_in_job_lowers_replicas_and_is_not_
 
 
 def test_externally_removed_worker_at_the_floor_is_replaced() -> None:
-    job = _job(replicas=2, min_replicas=2)
+    job = running_elastic_job(workers=2, min_replicas=2, grace=GRACE, regrow=NO_REGROW)
     pods = [worker(job, 0), worker(job, 1, phase="Failed", reason="Evicted")]
 
     actions = plan(snap(job, pods, node_map=_nodes(), **existing_children(job)))
@@ -249,7 +234,7 @@ def test_externally_removed_worker_at_the_floor_is_replaced() -> None:
 
 
 def test_evicted_worker_in_a_replace_job_is_deleted_and_replaced() -> None:
-    job = _job(replicas=2, min_replicas=1, policy="Replace")
+    job = running_elastic_job(workers=2, policy="Replace", grace=GRACE, regrow=NO_REGROW)
     pods = [worker(job, 0), worker(job, 1, phase="Failed", reason="Evicted")]
 
     actions = plan(snap(job, pods, node_map=_nodes(), **existing_children(job)))
@@ -336,7 +321,7 @@ def test_cordon_then_node_deletion_in_the_world_converges_without_pending_replac
 
 
 def test_node_being_deleted_counts_as_gone() -> None:
-    job = _job()
+    job = running_elastic_job(workers=4, min_replicas=2, grace=GRACE, regrow=NO_REGROW)
     nodes = _nodes()
     nodes["node-2"]["metadata"]["deletionTimestamp"] = ts(-1)
 
@@ -358,7 +343,7 @@ def _discovered(job: Obj, names: list[str], leaving_names: list[str] | None = No
 
 def test_worker_gone_while_the_operator_was_down_lowers_replicas_once_and_is_not_recreated() -> None:
     names = [f"pi-worker-{i}" for i in range(4)]
-    job = _discovered(_job(replicas=4, min_replicas=2), names)
+    job = _discovered(running_elastic_job(workers=4, min_replicas=2, grace=GRACE, regrow=NO_REGROW), names)
     pods = [p for p in _pods(job) if p["metadata"]["name"] != "pi-worker-1"]
 
     actions = plan(snap(job, pods, node_map=_nodes(), **existing_children(job)))
@@ -377,7 +362,9 @@ def test_worker_gone_while_the_operator_was_down_lowers_replicas_once_and_is_not
 def test_a_crash_after_recording_a_vanished_worker_does_not_lower_replicas_again() -> None:
     # The spec patch landed (replicas 3, name listed) but the status write did not: discovery still names it.
     names = [f"pi-worker-{i}" for i in range(4)]
-    job = _discovered(_job(replicas=3, min_replicas=2, to_delete=["pi-worker-1"]), names)
+    job = _discovered(
+        running_elastic_job(workers=3, min_replicas=2, grace=GRACE, to_delete=["pi-worker-1"], regrow=NO_REGROW), names
+    )
     pods = [p for p in _pods(job) if p["metadata"]["name"] != "pi-worker-1"]
 
     actions = plan(snap(job, pods, node_map=_nodes(), **existing_children(job)))
@@ -390,7 +377,7 @@ def test_a_crash_after_recording_a_vanished_worker_does_not_lower_replicas_again
 
 def test_a_recorded_vanished_worker_is_dropped_from_the_list_once_out_of_discovery() -> None:
     job = _discovered(
-        _job(replicas=3, min_replicas=2, to_delete=["pi-worker-1"]),
+        running_elastic_job(workers=3, min_replicas=2, grace=GRACE, to_delete=["pi-worker-1"], regrow=NO_REGROW),
         ["pi-worker-0", "pi-worker-2", "pi-worker-3"],
         leaving_names=["pi-worker-1"],
     )
@@ -407,7 +394,9 @@ def test_a_recorded_vanished_worker_is_dropped_from_the_list_once_out_of_discove
 
 def test_worker_gone_while_the_operator_was_down_is_recreated_in_a_replace_job() -> None:
     names = [f"pi-worker-{i}" for i in range(4)]
-    job = _discovered(_job(replicas=4, min_replicas=2, policy="Replace"), names)
+    job = _discovered(
+        running_elastic_job(workers=4, min_replicas=2, policy="Replace", grace=GRACE, regrow=NO_REGROW), names
+    )
     pods = [p for p in _pods(job) if p["metadata"]["name"] != "pi-worker-1"]
 
     actions = plan(snap(job, pods, node_map=_nodes(), **existing_children(job)))
@@ -419,7 +408,7 @@ def test_worker_gone_while_the_operator_was_down_is_recreated_in_a_replace_job()
 def test_a_worker_terminating_for_a_while_after_someone_deleted_it_lowers_replicas_only_once() -> None:
     world = World()
     world.add_nodes("node-1", "node-2")
-    world.add(_job(replicas=4, min_replicas=1))
+    world.add(running_elastic_job(workers=4, grace=GRACE, regrow=NO_REGROW))
     world.settle("pi")
     pod = world.pod("pi-worker-1")
     pod["metadata"]["deletionTimestamp"] = ts(0)  # a graceful delete by someone else: it lingers, terminating

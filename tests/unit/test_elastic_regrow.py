@@ -17,7 +17,7 @@ from mpijob.planner.regrow import JITTER, backoff_seconds
 from mpijob.planner.snapshot import Obj, Snapshot, parse_time
 
 from .builders import SPOT_TAINT, elastic, mpijob
-from .test_invariants import DISRUPTIONS, PROFILE, check_plan
+from .invariants import DISRUPTIONS, PROFILE, check_plan
 from .world import World, is_terminating
 
 TIMEOUT = 60
@@ -35,7 +35,7 @@ def _waiting_probes(world: World) -> list[Obj]:
 
 
 class Recorder:
-    """Every plan's invariants (test_invariants.check_plan), and when each probe was created and deleted."""
+    """Every plan's invariants (invariants.check_plan), and when each probe was created and deleted."""
 
     def __init__(self, world: World) -> None:
         self.world = world

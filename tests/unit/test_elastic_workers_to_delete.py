@@ -27,7 +27,7 @@ from .builders import (
     patched_pods,
     patches,
     requeue,
-    running_status,
+    running_elastic_job,
     snap,
     spec_patches,
     status_of,
@@ -40,14 +40,6 @@ from .world import World, is_leaving
 GRACE = 30
 
 
-def _job(replicas: int, to_delete: list[str], **kw: object) -> Obj:
-    return mpijob(
-        workers=replicas,
-        elastic_policy=elastic(1, 8, workers_to_delete=to_delete, grace=GRACE, **kw),  # type: ignore[arg-type]
-        status=running_status(),
-    )
-
-
 def _four(job: Obj) -> list[Obj]:
     return [worker(job, i, node="node-1" if i < 2 else "node-2") for i in range(4)]
 
@@ -56,7 +48,7 @@ def _four(job: Obj) -> list[Obj]:
 
 
 def test_listed_workers_leave_discovery_first_and_are_not_deleted_yet() -> None:
-    job = _job(2, ["pi-worker-1", "pi-worker-3"])
+    job = running_elastic_job(workers=2, grace=GRACE, to_delete=["pi-worker-1", "pi-worker-3"])
 
     actions = plan(snap(job, _four(job), **existing_children(job)))
 
@@ -83,7 +75,7 @@ def test_listed_workers_leave_discovery_first_and_are_not_deleted_yet() -> None:
 
 
 def test_listed_workers_are_deleted_after_the_grace_period_and_not_before() -> None:
-    job = _job(2, ["pi-worker-1", "pi-worker-3"])
+    job = running_elastic_job(workers=2, grace=GRACE, to_delete=["pi-worker-1", "pi-worker-3"])
     pods = _four(job)
     for p in pods[1::2]:
         p["metadata"]["annotations"] = leaving(ts(0), grace=GRACE)
@@ -130,7 +122,7 @@ def test_scale_in_by_workers_to_delete_converges_to_exactly_the_unlisted_workers
 
 
 def test_listed_workers_with_unchanged_replicas_are_removed_and_replaced() -> None:
-    job = _job(4, ["pi-worker-1"])
+    job = running_elastic_job(workers=4, grace=GRACE, to_delete=["pi-worker-1"])
 
     actions = plan(snap(job, _four(job), **existing_children(job)))
 
@@ -179,7 +171,7 @@ def _bad_name_world(job: Obj) -> dict[str, object]:
     ],
 )
 def test_bad_name_in_workers_to_delete_is_warned_about_dropped_and_never_touched(name: str, why: str) -> None:
-    job = _job(4, [name, "pi-worker-2"])
+    job = running_elastic_job(workers=4, grace=GRACE, to_delete=[name, "pi-worker-2"])
     foreign = [
         worker(OTHER, 0, owner=OTHER),
         foreign_pod("pi-worker-7", labels={c.LABEL_JOB_NAME: "pi", c.LABEL_JOB_ROLE: c.ROLE_WORKER}),
@@ -199,7 +191,7 @@ def test_bad_name_in_workers_to_delete_is_warned_about_dropped_and_never_touched
 
 
 def test_dropping_a_bad_name_does_not_change_replicas() -> None:
-    job = _job(3, ["nope"])
+    job = running_elastic_job(workers=3, grace=GRACE, to_delete=["nope"])
     actions = plan(snap(job, _four(job)[:3], **existing_children(job)))
     [spec] = spec_patches(actions)
     assert "mpiReplicaSpecs" not in spec.patch["spec"]
@@ -227,7 +219,7 @@ def test_pod_of_another_job_listed_is_never_deleted_even_over_many_reconciles() 
 
 
 def test_name_is_dropped_once_the_listed_worker_is_terminating() -> None:
-    job = _job(3, ["pi-worker-3"])
+    job = running_elastic_job(workers=3, grace=GRACE, to_delete=["pi-worker-3"])
     pods = _four(job)
     pods[3] = worker(job, 3, node="node-2", annotations=leaving(ts(-GRACE)), terminating=True)
 
@@ -242,7 +234,7 @@ def test_name_is_dropped_once_the_listed_worker_is_terminating() -> None:
 
 
 def test_name_of_a_leaving_worker_that_is_gone_is_dropped_without_a_warning() -> None:
-    job = _job(3, ["pi-worker-3"])
+    job = running_elastic_job(workers=3, grace=GRACE, to_delete=["pi-worker-3"])
     job["status"]["leavingWorkers"] = ["pi-worker-3"]
 
     actions = plan(snap(job, _four(job)[:3], **existing_children(job)))

@@ -30,16 +30,14 @@ class SlowClient:
         return obj
 
 
-def _job(uid: str = "u1") -> dict[str, Any]:
-    return {"metadata": {"name": "j", "namespace": "ns", "uid": uid, "resourceVersion": "1"}}
-
-
 def test_a_reconcile_does_not_wait_for_its_events_and_they_are_posted_in_the_event_class() -> None:
     async def main() -> tuple[list[tuple[str, WriteClass | None]], int]:
         client = SlowClient()
         poster = EventPoster(client)
         executor = Executor(client, events=poster)  # type: ignore[arg-type]  # a fake client
-        await asyncio.wait_for(executor.apply(_job(), [Emit("Normal", "MPIJobCreated", "created")]), 1)
+        # Only what an Event's involvedObject reads of the job.
+        job = {"metadata": {"name": "j", "namespace": "ns", "uid": "u1", "resourceVersion": "1"}}
+        await asyncio.wait_for(executor.apply(job, [Emit("Normal", "MPIJobCreated", "created")]), 1)
         pending = len(poster.pending)
         client.release.set()
         await poster.drain(5)

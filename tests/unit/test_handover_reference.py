@@ -6,88 +6,16 @@ changes, and a scale-down or an added elasticPolicy acts on it as on any job of 
 
 from __future__ import annotations
 
-import asyncio
-import copy
-import time
-from dataclasses import dataclass
 from typing import Any
 
 from mpijob.api import constants as c
-from mpijob.executor.apply import Executor
-from mpijob.planner.snapshot import OperatorConfig
-from mpijob.runtime.controller import Controller
 
 from .builders import NS
-from .reference_v082 import reference_children, reference_job
-from .world import InformedApi, World, inform
+from .handover import Handover, handed_over, operate
+from .world import inform
 
 Obj = dict[str, Any]
 JOBS = ("pi", "lm", "cv", "rl")
-
-
-@dataclass
-class Handover:
-    world: World
-    controller: Controller
-    api: InformedApi
-
-    @property
-    def reconciles(self) -> int:
-        return self.controller.stats.reconciles
-
-    def writes_to(self, kind: str, verb: str | None = None) -> list[str]:
-        """Names of the objects of `kind` written (by `verb`), in order, one entry per request."""
-        return [n for v, k, n in self.api.written if k == kind and verb in (None, v)]
-
-
-def _handed_over(jobs: tuple[str, ...] = ("pi",)) -> Handover:
-    world = World()
-    world.add_nodes("node-1")
-    for name in jobs:
-        job = reference_job(name)
-        world.add(job)
-        for child in reference_children(job):
-            world.add(child)
-    api = InformedApi(world)
-    controller = Controller(Executor(api, post_events=True), OperatorConfig(), reconcilers=2)  # type: ignore[arg-type]
-    api.controller = controller
-    controller.clock = lambda: world.now
-    for w in controller.kinds:
-        controller.cache.listed.add(w.kind)
-    inform(controller, world)
-    for name in world.nodes:
-        controller.observed(controller.by_kind["Node"], "ADDED", copy.deepcopy(world.nodes[name]))
-    return Handover(world, controller, api)
-
-
-def _operate(h: Handover, seconds: float = 1.5, *, start: bool = False) -> bool:
-    """Runs the operator's reconcilers until nothing is queued, running or due for 0.25 s, or `seconds` pass.
-    `start`: as the operator starts (every cached job queued once). Returns whether it went quiet."""
-    controller = h.controller
-
-    async def run() -> bool:
-        controller.cache.ready = True
-        controller.warm.set()
-        controller.leading.set()
-        if start:
-            for key in controller.cache.mpijob_keys():
-                controller.queue.add(key)
-        workers = asyncio.gather(*(controller.reconciler() for _ in range(controller.reconcilers)))
-        deadline = time.monotonic() + seconds
-        idle = 0
-        try:
-            while idle < 5 and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-                q = controller.queue
-                busy = q.busy() or q.queued()
-                idle = 0 if busy else idle + 1
-            return idle >= 5
-        finally:
-            workers.cancel()
-            await asyncio.gather(workers, return_exceptions=True)
-            controller.queue.shutdown()
-
-    return asyncio.run(run())
 
 
 def _edit(h: Handover, name: str, change: Any) -> None:
@@ -105,8 +33,8 @@ def _settle_kubelet(h: Handover) -> None:
 
 
 def test_an_adopted_reference_job_converges_in_a_few_writes_and_then_goes_quiet() -> None:
-    h = _handed_over(JOBS)
-    assert _operate(h, start=True), f"still reconciling after 1.5 s: {h.reconciles} reconciles"
+    h = handed_over(JOBS)
+    assert operate(h, start=True), f"still reconciling after 1.5 s: {h.reconciles} reconciles"
     # Per job: the ConfigMap made ours (our script and the discovery list, one patch), the status (ours
     # adds the discovered hosts and the state); nothing deleted, nothing created but nothing needed.
     assert h.api.writes <= 3 * len(JOBS), h.api.written
@@ -117,34 +45,34 @@ def test_an_adopted_reference_job_converges_in_a_few_writes_and_then_goes_quiet(
         assert h.world.discovered(name) == [c.worker_name(name, i) for i in range(3)]
 
     before = (h.reconciles, h.api.writes)
-    assert _operate(h, 0.5)
+    assert operate(h, 0.5)
     assert (h.reconciles, h.api.writes) == before, "a steady adopted job is never reconciled nor written"
 
 
 def test_an_adopted_reference_configmap_is_patched_once_not_again_and_again() -> None:
-    h = _handed_over()
-    _operate(h, 1.0, start=True)
+    h = handed_over()
+    operate(h, 1.0, start=True)
     patches = h.writes_to("ConfigMap")
     assert len(patches) == 1, f"{len(patches)} ConfigMap writes, {h.reconciles} reconciles"
     assert c.DISCOVERED_HOSTS_KEY in h.world.config_data("pi")
 
 
 def test_a_plain_scale_down_of_an_adopted_job_deletes_the_highest_index_worker() -> None:
-    h = _handed_over()
-    assert _operate(h, start=True)
+    h = handed_over()
+    assert operate(h, start=True)
     _edit(h, "pi", lambda spec: spec["mpiReplicaSpecs"]["Worker"].update(replicas=2))
-    assert _operate(h)
+    assert operate(h)
     deleted = h.writes_to("Pod", "delete")
     assert deleted == ["pi-worker-2"], "as the reference: indexes >= replicas go"
     _settle_kubelet(h)
-    assert _operate(h)
+    assert operate(h)
     assert h.world.worker_names("pi") == ["pi-worker-0", "pi-worker-1"]
     assert h.world.discovered("pi") == ["pi-worker-0", "pi-worker-1"]
 
 
 def test_an_elastic_policy_added_to_an_adopted_job_removes_exactly_the_worker_listed() -> None:
-    h = _handed_over()
-    assert _operate(h, start=True)
+    h = handed_over()
+    assert operate(h, start=True)
     policy = {"minReplicas": 1, "scaleInGracePeriodSeconds": 0, "workersToDelete": ["pi-worker-1"]}
 
     def scale_in(spec: Obj) -> None:
@@ -153,9 +81,9 @@ def test_an_elastic_policy_added_to_an_adopted_job_removes_exactly_the_worker_li
         spec["mpiReplicaSpecs"]["Worker"]["replicas"] = 2
 
     _edit(h, "pi", scale_in)
-    assert _operate(h)
+    assert operate(h)
     _settle_kubelet(h)
-    assert _operate(h)
+    assert operate(h)
     deleted = h.writes_to("Pod", "delete")
     assert deleted == ["pi-worker-1"]
     assert h.world.worker_names("pi") == ["pi-worker-0", "pi-worker-2"]
@@ -168,7 +96,7 @@ def test_the_reference_children_are_cached_with_what_the_planner_compares() -> N
     v0.8.2 labels its ConfigMap, Service, Secret and launcher Job only `app: <job>`: the ConfigMap's data
     was dropped, so the plan always wanted to write it, and the write (already on the server) changed
     nothing, so no event and no new resourceVersion ever ended the loop."""
-    h = _handed_over()
+    h = handed_over()
     cache = h.controller.cache
     config_map = cache.get("configmaps", (NS, c.config_map_name("pi")))
     service = cache.get("services", (NS, "pi"))

@@ -22,7 +22,7 @@ from mpijob.runtime.informer import BUSY_RECHECK, Backoff, Informer, informers
 from mpijob.runtime.kinds import BY_KIND
 
 from .builders import mpijob, worker
-from .test_safety_fence import RecordingClient
+from .fakes import RecordingClient
 
 PODS = BY_KIND["Pod"]
 NODES = BY_KIND["Node"]

@@ -7,7 +7,7 @@ from mpijob.api import constants as c
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Obj
 
-from .builders import SPOT_TAINT, elastic, emits, mpijob, node, running_status, snap, spec_patches, worker
+from .builders import SPOT_TAINT, emits, node, running_elastic_job, snap, spec_patches, worker
 from .world import World
 
 
@@ -16,16 +16,8 @@ def _kueue(job: Obj, queue: str = "team-queue") -> Obj:
     return job
 
 
-def _job(replicas: int = 4, min_replicas: int = 1, policy: str | None = None) -> Obj:
-    return mpijob(
-        workers=replicas,
-        elastic_policy=elastic(min_replicas, 8, node_termination_policy=policy, grace=0),
-        status=running_status(),
-    )
-
-
 def test_spot_taint_on_a_kueue_job_lists_the_workers_but_keeps_replicas() -> None:
-    job = _kueue(_job())
+    job = _kueue(running_elastic_job(workers=4, grace=0))
     pods = [worker(job, i, node=f"node-{i // 2 + 1}") for i in range(4)]
     nodes = {"node-1": node("node-1"), "node-2": node("node-2", taints=[SPOT_TAINT])}
 
@@ -39,7 +31,7 @@ def test_spot_taint_on_a_kueue_job_lists_the_workers_but_keeps_replicas() -> Non
 
 
 def test_the_same_job_without_kueue_scales_in() -> None:
-    job = _job()
+    job = running_elastic_job(workers=4, grace=0)
     pods = [worker(job, i, node=f"node-{i // 2 + 1}") for i in range(4)]
     nodes = {"node-1": node("node-1"), "node-2": node("node-2", taints=[SPOT_TAINT])}
 
@@ -51,7 +43,7 @@ def test_the_same_job_without_kueue_scales_in() -> None:
 def test_kueue_job_runs_smaller_with_replacements_pending_until_room_appears() -> None:
     world = World(placement=["node-1", "node-1", "node-2", "node-2"])
     world.add_nodes("node-1", "node-2")
-    world.add(_kueue(_job()))
+    world.add(_kueue(running_elastic_job(workers=4, grace=0)))
     world.settle("pi")
     world.start_launcher("pi")
     world.settle("pi")
@@ -73,7 +65,7 @@ def test_kueue_job_runs_smaller_with_replacements_pending_until_room_appears() -
 def test_a_worker_deleted_by_someone_else_in_a_kueue_job_is_replaced_not_scaled_in() -> None:
     world = World()
     world.add_nodes("node-1")
-    world.add(_kueue(_job(replicas=3)))
+    world.add(_kueue(running_elastic_job(workers=3, grace=0)))
     world.settle("pi")
     world.delete_pod("pi-worker-1")
 
@@ -84,7 +76,7 @@ def test_a_worker_deleted_by_someone_else_in_a_kueue_job_is_replaced_not_scaled_
 
 
 def test_ignore_stays_ignore_on_a_kueue_job() -> None:
-    job = _kueue(_job(policy="Ignore"))
+    job = _kueue(running_elastic_job(workers=4, policy="Ignore", grace=0))
     pods = [worker(job, i, node="node-2") for i in range(4)]
 
     actions = plan(snap(job, pods, node_map={"node-2": node("node-2", taints=[SPOT_TAINT])}))

@@ -204,7 +204,7 @@ def test_the_operator_wires_the_trims_and_the_relist_lookup_into_every_informer_
     from mpijob.runtime.controller import Controller
     from mpijob.runtime.operator import OperatorOptions, _informers
 
-    from .test_safety_fence import RecordingClient
+    from .fakes import RecordingClient
 
     controller = Controller(Executor(RecordingClient()), OperatorConfig())  # type: ignore[arg-type]
     made = _informers(OperatorOptions(namespaces=["a", "b"]), RecordingClient(), controller)  # type: ignore[arg-type]

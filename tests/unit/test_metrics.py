@@ -33,7 +33,8 @@ def _pod(name: str, node: str, phase: str = "Running") -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": "ns"}, "spec": {"nodeName": node}, "status": {"phase": phase}}
 
 
-def _job(**status: Any) -> dict[str, Any]:
+def _bare_job(**status: Any) -> dict[str, Any]:
+    """Only the fields the metrics read of a job, not an MPIJob as the API returns it (builders.mpijob)."""
     return {"metadata": {"name": "j", "namespace": "ns", "generation": 3}, "spec": {}, "status": status}
 
 
@@ -69,9 +70,9 @@ def test_reference_counters_count_condition_flips_not_status_writes() -> None:
         {"status": {"conditions": [{"type": "Created", "status": "True"}]}},
         subresource="status",
     )
-    m.applied(_cache([]), OperatorConfig(), _job(), [created])
+    m.applied(_cache([]), OperatorConfig(), _bare_job(), [created])
     # A later status write that still says Created is not a new job.
-    m.applied(_cache([]), OperatorConfig(), _job(conditions=[{"type": "Created", "status": "True"}]), [created])
+    m.applied(_cache([]), OperatorConfig(), _bare_job(conditions=[{"type": "Created", "status": "True"}]), [created])
     assert _value(m, "mpi_operator_jobs_created_total") == 1
     done = Patch(
         API_VERSION,
@@ -80,7 +81,7 @@ def test_reference_counters_count_condition_flips_not_status_writes() -> None:
         {"status": {"conditions": [{"type": "Created", "status": "True"}, {"type": "Failed", "status": "True"}]}},
         subresource="status",
     )
-    m.applied(_cache([]), OperatorConfig(), _job(conditions=[{"type": "Created", "status": "True"}]), [done])
+    m.applied(_cache([]), OperatorConfig(), _bare_job(conditions=[{"type": "Created", "status": "True"}]), [done])
     assert _value(m, "mpi_operator_jobs_failed_total") == 1
     assert _value(m, "mpi_operator_jobs_successful_total") == 0
 
@@ -103,12 +104,12 @@ def test_node_signal_timings_run_from_first_seen_taint_to_discovery_to_delete() 
     )
     cm = Patch("v1", "ConfigMap", "j-config", {"data": {}})
     clock.now = 100.25
-    m.applied(cache, OperatorConfig(), _job(), [leave, cm, Emit("Normal", "WorkersLeaving", "x")])
+    m.applied(cache, OperatorConfig(), _bare_job(), [leave, cm, Emit("Normal", "WorkersLeaving", "x")])
     sig = "taint:aws-node-termination-handler/spot-itn"
     assert _value(m, "mpijob_elastic_scale_in_decisions_total", signal=sig) == 1
     assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_sum", signal=sig) == 0.25
     clock.now = 110.25
-    m.applied(cache, OperatorConfig(), _job(), [Delete("v1", "Pod", "j-worker-0", uid="u")])
+    m.applied(cache, OperatorConfig(), _bare_job(), [Delete("v1", "Pod", "j-worker-0", uid="u")])
     assert _value(m, "mpijob_elastic_workers_removed_total", signal=sig) == 1
     assert _value(m, "mpijob_elastic_discovery_to_deleted_seconds_sum", signal=sig) == 10.0
     assert _value(m, "mpijob_elastic_signal_to_deleted_seconds_sum", signal=sig) == 10.25
@@ -132,12 +133,12 @@ def test_a_disrupted_worker_is_labelled_disruption_target_and_timed_from_the_pla
             }
         },
     )
-    m.applied(cache, OperatorConfig(), _job(), [cm, leave])  # the discovery write goes first (urgent)
+    m.applied(cache, OperatorConfig(), _bare_job(), [cm, leave])  # the discovery write goes first (urgent)
     assert _value(m, "mpijob_elastic_scale_in_decisions_total", signal="disruption-target") == 1
     assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_count", signal="disruption-target") == 1
     assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_sum", signal="disruption-target") == 0.0
     clock.now = 130.0
-    m.applied(cache, OperatorConfig(), _job(), [Delete("v1", "Pod", "j-worker-2", uid="u")])
+    m.applied(cache, OperatorConfig(), _bare_job(), [Delete("v1", "Pod", "j-worker-2", uid="u")])
     assert _value(m, "mpijob_elastic_workers_removed_total", signal="disruption-target") == 1
     assert _value(m, "mpijob_elastic_signal_to_deleted_seconds_sum", signal="disruption-target") == 30.0
 
@@ -153,10 +154,10 @@ def test_a_worker_is_out_of_discovery_only_once_the_config_map_is_written() -> N
         "j-worker-3",
         {"metadata": {"annotations": {c.ANNOTATION_LEAVING_SINCE: "t", c.ANNOTATION_LEAVING_REASON: "scale-down"}}},
     )
-    m.applied(cache, OperatorConfig(), _job(), [leave])  # stopped (409) before the ConfigMap write
+    m.applied(cache, OperatorConfig(), _bare_job(), [leave])  # stopped (409) before the ConfigMap write
     assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_count", signal="scale-down") == 0
     clock.now = 101.0
-    m.applied(cache, OperatorConfig(), _job(), [Create({"kind": "ConfigMap", "metadata": {"name": "j-config"}})])
+    m.applied(cache, OperatorConfig(), _bare_job(), [Create({"kind": "ConfigMap", "metadata": {"name": "j-config"}})])
     assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_count", signal="scale-down") == 1
     assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_sum", signal="scale-down") == 1.0
 

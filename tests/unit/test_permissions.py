@@ -31,7 +31,7 @@ from .builders import (
     status_of,
     worker,
 )
-from .test_reference_examples import _upstream_dir
+from .upstream_examples import upstream_dir
 
 REPO = Path(__file__).resolve().parents[2]
 Triple = tuple[str, str, str]
@@ -67,7 +67,7 @@ def cluster_role(path: Path, name: str) -> list[dict[str, Any]]:
 
 def reference_cluster_role() -> list[dict[str, Any]]:
     """manifests/base/cluster-role.yaml of the module bench/reference/go.mod pins (Go module proxy)."""
-    return cluster_role(_upstream_dir() / "manifests/base/cluster-role.yaml", "mpi-operator")
+    return cluster_role(upstream_dir() / "manifests/base/cluster-role.yaml", "mpi-operator")
 
 
 OURS = cluster_role(REPO / "deploy/base/rbac.yaml", "mpijob-operator")

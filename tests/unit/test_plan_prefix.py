@@ -13,49 +13,12 @@ durable state (elastic.new_failures), so an interrupted plan creates its replace
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from mpijob.planner.actions import ConfirmAbsence, Plan
-from mpijob.planner.plan import plan
-from mpijob.planner.snapshot import Snapshot
-
-from .builders import elastic, mpijob
-from .test_invariants import POLICIES, Step, _healthy, _steps, perturb
+from .perturbation import WORLD_ARGS, Step, answered, perturbed_world
 from .world import World, is_terminating
-
-
-def answered(world: World, snapshot: Snapshot) -> tuple[Snapshot, Plan]:
-    """The snapshot the controller acts on (the live reads its plan asks for answered from the world first),
-    and its plan."""
-    made = plan(snapshot)
-    if not made.confirm:
-        return snapshot, made
-    checks = {
-        (a.kind, a.name): (a.name not in world.nodes if a.kind == "Node" else world.get(a.kind, a.name) is None)
-        for a in made.confirm
-        if isinstance(a, ConfirmAbsence)
-    }
-    snapshot = replace(snapshot, absence_checks=checks)
-    return snapshot, plan(snapshot)
-
-
-def perturbed_world(nodes: int, low: int, extra: int, policy: str, grace: int, steps: list[Step]) -> World:
-    """A running elastic job "pi" over `nodes` nodes, settled, then perturbed by `steps`."""
-    world = World()
-    world.add_nodes(*(f"node-{i}" for i in range(nodes)))
-    world.placement = _healthy(world)
-    world.add(
-        mpijob(
-            workers=low + extra // 2,
-            elastic_policy=elastic(low, low + extra, node_termination_policy=policy, grace=grace),
-        )
-    )
-    world.settle("pi")
-    perturb(world, steps, nodes, low, low + extra)
-    return world
 
 
 def _uids(world: World) -> dict[str, str]:
@@ -75,17 +38,6 @@ def _outcome(world: World, before: dict[str, str]) -> dict[str, object]:
         "kept": len(world.kept_workers("pi")),
         "recentWorkerFailures": world.job("pi")["status"].get("recentWorkerFailures"),
     }
-
-
-# perturbed_world's arguments, drawn.
-WORLD_ARGS = {
-    "nodes": st.integers(1, 4),
-    "low": st.integers(1, 3),
-    "extra": st.integers(0, 4),
-    "policy": st.sampled_from(POLICIES),
-    "grace": st.sampled_from([0, 30]),
-    "steps": _steps(),
-}
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -12,9 +12,8 @@ from hypothesis import HealthCheck, event, given, settings
 from mpijob.planner.actions import Defer
 from mpijob.planner.plan import plan
 
-from .builders import elastic, mpijob
-from .test_invariants import SPOT_TAINT, Step
-from .test_plan_prefix import WORLD_ARGS, answered, perturbed_world
+from .builders import SPOT_TAINT, elastic, mpijob
+from .perturbation import WORLD_ARGS, Step, answered, perturbed_world
 from .world import World
 
 

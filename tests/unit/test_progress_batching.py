@@ -17,8 +17,8 @@ from mpijob.runtime.controller import Controller
 from mpijob.runtime.kinds import BY_KIND
 
 from .builders import NS, elastic, mpijob, worker
-from .test_safety_fence import RecordingClient
-from .world import InformedApi, World, inform, quiet
+from .fakes import RecordingClient
+from .world import World, start_workers_one_by_one
 
 PODS = BY_KIND["Pod"]
 Obj = dict[str, Any]
@@ -136,45 +136,6 @@ def test_a_pass_queued_by_other_news_reads_the_progress_too_and_no_later_pass_fo
 
 
 # -- the write count, with the real controller, executor and planner over the World -----------------------
-def _start_workers_one_by_one(job: Obj, batch: float) -> tuple[int, World]:
-    """A new job of 8 workers whose pods start one after another, 10 ms apart (image pulls end at different
-    times), then its launcher: the writes the operator made (Events apart), and the world it left."""
-    world = World()
-    world.add_nodes("node-1")
-    world.add(job)
-    api = InformedApi(world)
-    controller = Controller(Executor(api, post_events=True), OperatorConfig())  # type: ignore[arg-type]
-    api.controller = controller
-    controller.progress_batch = batch
-    controller.clock = lambda: world.now
-
-    async def run() -> None:
-        for w in controller.kinds:
-            controller.cache.listed.add(w.kind)
-        inform(controller, world)
-        controller.cache.ready = True
-        controller.warm.set()
-        controller.leading.set()
-        controller.queue.add((NS, "pi"))
-        workers = asyncio.gather(*(controller.reconciler() for _ in range(2)))
-        await quiet(controller)
-        for i in range(8):
-            world.run(c.worker_name("pi", i))
-            inform(controller, world)
-            await asyncio.sleep(0.01)
-        await quiet(controller)
-        launcher = world.start_launcher("pi")
-        # The template's labels, as the Job controller copies them (the World's launcher pod lacks this one).
-        world.pod(launcher["metadata"]["name"])["metadata"]["labels"][c.LABEL_OPERATOR_NAME] = c.OPERATOR_NAME
-        inform(controller, world)
-        await quiet(controller)
-        workers.cancel()
-        await asyncio.gather(workers, return_exceptions=True)
-        controller.queue.shutdown()
-
-    asyncio.run(run())
-    assert controller.stats.errors == 0
-    return api.writes, world
 
 
 def _what_the_user_sees(world: World) -> tuple[Any, ...]:
@@ -196,8 +157,8 @@ def _what_the_user_sees(world: World) -> tuple[Any, ...]:
     ids=["static", "elastic"],
 )
 def test_workers_starting_together_cost_one_discovery_and_one_status_write_and_end_the_same(job: Obj) -> None:
-    one_by_one, unbatched = _start_workers_one_by_one(copy.deepcopy(job), batch=0)
-    together, batched = _start_workers_one_by_one(copy.deepcopy(job), batch=0.3)
+    one_by_one, unbatched = start_workers_one_by_one(copy.deepcopy(job), batch=0)
+    together, batched = start_workers_one_by_one(copy.deepcopy(job), batch=0.3)
 
     elastic_job = job["spec"].get("elasticPolicy") is not None
     creates = 16 if elastic_job else 12  # elastic: + PDB, ServiceAccount, Role, RoleBinding

@@ -3,31 +3,15 @@ the integration tests run them with only the image (and a pull policy the testbe
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
+from .upstream_examples import examples, upstream_dir
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _examples() -> ModuleType:
-    path = REPO / "tests" / "integration" / "reference_examples.py"
-    spec = importlib.util.spec_from_file_location("reference_examples", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-examples = _examples()
-
-
-def _upstream_dir() -> Path:
-    return Path(examples.module_dir())
 
 
 def _differences(a: Any, b: Any, path: str = "") -> list[str]:
@@ -46,7 +30,7 @@ def test_the_pinned_version_is_the_one_the_reference_build_uses() -> None:
 
 @pytest.mark.parametrize("path", examples.RUNNABLE)
 def test_each_kept_example_is_upstreams_file_byte_for_byte(path: str) -> None:
-    upstream = _upstream_dir() / examples.UPSTREAM_DIR / path
+    upstream = upstream_dir() / examples.UPSTREAM_DIR / path
     assert (examples.HERE / path).read_bytes() == upstream.read_bytes(), path
 
 

@@ -29,6 +29,7 @@ from .builders import (
     mpijob,
     node,
     patched_pods,
+    running_elastic_job,
     running_status,
     snap,
     spec_patches,
@@ -38,18 +39,12 @@ from .builders import (
 from .world import World, WorldApi
 
 
-def _job(workers: int = 3, policy: str = "ScaleIn") -> dict:  # type: ignore[type-arg]
-    return mpijob(
-        workers=workers, elastic_policy=elastic(1, 4, node_termination_policy=policy), status=running_status()
-    )
-
-
 def _pods(job: dict) -> list[dict]:  # type: ignore[type-arg]
     return [worker(job, 0, node="node-1"), worker(job, 1, node="node-2"), worker(job, 2, node="node-2")]
 
 
 def test_node_missing_from_the_cache_is_confirmed_before_anything_is_decided() -> None:
-    job = _job()
+    job = running_elastic_job(workers=3, max_replicas=4, policy="ScaleIn")
 
     actions = plan(snap(job, _pods(job), node_map={"node-1": node("node-1")}, checks={}, **existing_children(job)))
 
@@ -57,7 +52,7 @@ def test_node_missing_from_the_cache_is_confirmed_before_anything_is_decided() -
 
 
 def test_node_the_api_server_still_has_is_not_treated_as_deleted() -> None:
-    job = _job()
+    job = running_elastic_job(workers=3, max_replicas=4, policy="ScaleIn")
     checks = {("Node", "node-2"): False}  # the watch has not delivered it yet
 
     actions = plan(snap(job, _pods(job), node_map={"node-1": node("node-1")}, checks=checks, **existing_children(job)))
@@ -68,7 +63,7 @@ def test_node_the_api_server_still_has_is_not_treated_as_deleted() -> None:
 
 
 def test_node_confirmed_gone_scales_in_as_before() -> None:
-    job = _job()
+    job = running_elastic_job(workers=3, max_replicas=4, policy="ScaleIn")
     checks = {("Node", "node-2"): True}
 
     actions = plan(snap(job, _pods(job), node_map={"node-1": node("node-1")}, checks=checks, **existing_children(job)))
@@ -92,7 +87,7 @@ def test_leaving_worker_on_a_missing_node_waits_for_the_read_before_an_immediate
 
 
 def test_worker_missing_from_the_cache_is_not_counted_as_lost_until_confirmed() -> None:
-    job = _job(workers=3)
+    job = running_elastic_job(workers=3, max_replicas=4, policy="ScaleIn")
     job["status"]["discoveredHosts"] = ["pi-worker-0", "pi-worker-1", "pi-worker-2"]
     pods = [worker(job, 0), worker(job, 1)]  # pi-worker-2 is not in the cache
 
@@ -108,7 +103,7 @@ def test_worker_missing_from_the_cache_is_not_counted_as_lost_until_confirmed() 
 
 
 def test_live_reads_per_plan_are_bounded_whatever_the_status_says() -> None:
-    job = _job(workers=1)
+    job = running_elastic_job(workers=1, max_replicas=4, policy="ScaleIn")
     job["spec"]["elasticPolicy"]["maxReplicas"] = 10_000
     job["status"]["discoveredHosts"] = [f"pi-worker-{i}" for i in range(5000)] + ["not-ours", "pi-launcher"]
 

@@ -13,28 +13,7 @@ from mpijob.executor.apply import Executor
 from mpijob.planner.actions import Create, Delete, Emit, Patch
 
 from .builders import mpijob
-
-
-class RecordingClient:
-    """Records the writes the executor sends (the executor's API surface only; no server semantics)."""
-
-    def __init__(self) -> None:
-        self.writes: list[tuple[str, str]] = []
-
-    async def create(self, path: str, obj: Any, **_: Any) -> Any:
-        self.writes.append(("POST", path))
-        return obj
-
-    async def merge_patch(self, path: str, patch: Any, **_: Any) -> Any:
-        self.writes.append(("PATCH", path))
-        return {}
-
-    async def delete(self, path: str, options: Any = None, **_: Any) -> Any:
-        self.writes.append(("DELETE", path))
-        return {}
-
-    async def get(self, path: str) -> Any:
-        return {}
+from .fakes import RecordingClient
 
 
 def test_a_batch_stops_at_the_first_write_after_leadership_is_lost() -> None:

@@ -28,7 +28,7 @@ from mpijob.runtime import kinds, slim
 from mpijob.runtime.controller import Controller
 
 from .builders import cond, mpijob, patches, secret, snap, status_of
-from .test_safety_fence import RecordingClient
+from .fakes import RecordingClient
 from .world import World
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from mpijob.runtime.signals import event_priority
 from mpijob.runtime.workqueue import NORMAL, SIGNAL
 
 from .builders import mpijob, worker
-from .test_safety_fence import RecordingClient
+from .fakes import RecordingClient
 
 MPIJOBS = BY_KIND["MPIJob"]
 

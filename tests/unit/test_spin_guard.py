@@ -25,10 +25,9 @@ from mpijob.runtime.spin import SPIN_THRESHOLD, SpinGuard
 from mpijob.runtime.workqueue import DISCOVERY, LOW, NORMAL, SIGNAL
 
 from .builders import elastic, mpijob
-from .test_handover_reference import Handover, _handed_over, _operate
-from .test_progress_batching import _start_workers_one_by_one
-from .test_safety_fence import RecordingClient
-from .world import inform
+from .fakes import RecordingClient
+from .handover import Handover, handed_over, operate
+from .world import inform, start_workers_one_by_one
 
 Obj = dict[str, Any]
 
@@ -43,7 +42,7 @@ def _blind_to_config_map_data(h: Handover) -> None:
 
 
 def _spinning() -> tuple[Handover, Metrics]:
-    h = _handed_over()
+    h = handed_over()
     _blind_to_config_map_data(h)
     metrics = Metrics(CollectorRegistry())
     metrics.attach(h.controller)
@@ -57,7 +56,7 @@ def _stalled_condition(h: Handover) -> Obj | None:
 
 def test_a_job_repeating_the_same_write_without_effect_is_held_back_with_backoff() -> None:
     h, _ = _spinning()
-    _operate(h, 1.5, start=True)
+    operate(h, 1.5, start=True)
     # Unguarded, this loop made ~5,000 passes in 1.5 s (test_handover_reference.py on the old cache).
     # Held after 5 passes, then retried at 0.05, 0.1, 0.2, 0.4, 0.8 s (the work queue's backoff).
     assert h.reconciles <= 12, h.reconciles
@@ -68,7 +67,7 @@ def test_a_job_repeating_the_same_write_without_effect_is_held_back_with_backoff
 
 def test_a_held_back_job_gets_one_warning_and_a_condition_naming_the_write() -> None:
     h, _ = _spinning()
-    _operate(h, 1.5, start=True)
+    operate(h, 1.5, start=True)
     warnings = [e for e in h.world.events if e.type == "Warning"]
     assert [e.reason for e in warnings] == ["ReconcileStalled"]
     assert "Patch ConfigMap pi-config" in warnings[0].message
@@ -80,14 +79,14 @@ def test_a_held_back_job_gets_one_warning_and_a_condition_naming_the_write() -> 
 def test_a_held_back_job_is_counted_in_the_metrics() -> None:
     h, metrics = _spinning()
     assert metrics.registry.get_sample_value("mpijob_reconcile_spins_total") == 0
-    _operate(h, 1.0, start=True)
+    operate(h, 1.0, start=True)
     assert metrics.registry.get_sample_value("mpijob_reconcile_spins_total") == 1
     assert metrics.registry.get_sample_value("mpijob_jobs_held_back") == 1
 
 
 def test_a_held_back_job_resumes_and_clears_its_condition_once_its_writes_take_effect() -> None:
     h, metrics = _spinning()
-    _operate(h, 1.0, start=True)
+    operate(h, 1.0, start=True)
     assert h.controller.spin.held(("team-a", "pi")) is not None
     # The cache shows the ConfigMap's data again (a relist with a fixed cache): the plan changes.
     w = h.controller.by_kind["ConfigMap"]
@@ -95,22 +94,22 @@ def test_a_held_back_job_resumes_and_clears_its_condition_once_its_writes_take_e
     cm = copy.deepcopy(h.world.get("ConfigMap", c.config_map_name("pi")))
     assert cm is not None
     h.controller.observed(h.controller.by_kind["ConfigMap"], "MODIFIED", h.controller.by_kind["ConfigMap"].slim(cm))
-    assert _operate(h, 2.0), "quiet again"
+    assert operate(h, 2.0), "quiet again"
     cond = _stalled_condition(h)
     assert cond is not None and (cond["status"], cond["reason"]) == ("False", "Progressing")
     assert metrics.registry.get_sample_value("mpijob_jobs_held_back") == 0
     before = (h.reconciles, h.api.writes)
-    assert _operate(h, 0.5)
+    assert operate(h, 0.5)
     assert (h.reconciles, h.api.writes) == before
 
 
 def test_jobs_making_progress_are_never_held_back() -> None:
     """New jobs whose workers start one by one (a pass per start), and adopted ones."""
     for job in (mpijob(workers=8), mpijob(workers=8, elastic_policy=elastic(2, 8))):
-        _, world = _start_workers_one_by_one(copy.deepcopy(job), batch=0)
+        _, world = start_workers_one_by_one(copy.deepcopy(job), batch=0)
         assert not [e for e in world.events if e.reason == "ReconcileStalled"]
-    h = _handed_over(("pi", "lm"))
-    assert _operate(h, start=True)
+    h = handed_over(("pi", "lm"))
+    assert operate(h, start=True)
     assert h.controller.spin.spins == 0
 
 

@@ -28,7 +28,7 @@ from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Obj, OperatorConfig, Snapshot, format_time
 from mpijob.runtime.controller import Controller
 
-from .builders import NOW, NS, disruption_target, job_condition, node
+from .builders import NO_REGROW, NOW, NS, disruption_target, elastic, job_condition, mpijob, node
 
 # Kinds whose `status` is a subresource: a patch of the main resource leaves status alone and vice versa.
 _STATUS_SUBRESOURCE = {"MPIJob", "Pod", "Job"}
@@ -655,3 +655,54 @@ async def quiet(controller: Controller) -> None:
         queue = controller.queue
         busy = queue.busy() or queue.queued()
         idle = 0 if busy else idle + 1
+
+
+def start_workers_one_by_one(job: Obj, batch: float) -> tuple[int, World]:
+    """A new job of 8 workers whose pods start one after another, 10 ms apart (image pulls end at different
+    times), then its launcher: the writes the operator made (Events apart), and the world it left."""
+    world = World()
+    world.add_nodes("node-1")
+    world.add(job)
+    api = InformedApi(world)
+    controller = Controller(Executor(api, post_events=True), OperatorConfig())  # type: ignore[arg-type]
+    api.controller = controller
+    controller.progress_batch = batch
+    controller.clock = lambda: world.now
+
+    async def run() -> None:
+        for w in controller.kinds:
+            controller.cache.listed.add(w.kind)
+        inform(controller, world)
+        controller.cache.ready = True
+        controller.warm.set()
+        controller.leading.set()
+        controller.queue.add((NS, "pi"))
+        workers = asyncio.gather(*(controller.reconciler() for _ in range(2)))
+        await quiet(controller)
+        for i in range(8):
+            world.run(c.worker_name("pi", i))
+            inform(controller, world)
+            await asyncio.sleep(0.01)
+        await quiet(controller)
+        launcher = world.start_launcher("pi")
+        # The template's labels, as the Job controller copies them (the World's launcher pod lacks this one).
+        world.pod(launcher["metadata"]["name"])["metadata"]["labels"][c.LABEL_OPERATOR_NAME] = c.OPERATOR_NAME
+        inform(controller, world)
+        await quiet(controller)
+        workers.cancel()
+        await asyncio.gather(workers, return_exceptions=True)
+        controller.queue.shutdown()
+
+    asyncio.run(run())
+    assert controller.stats.errors == 0
+    return api.writes, world
+
+
+def running_world(workers: int = 4) -> World:
+    world = World(placement=["node-1", "node-2"])
+    world.add_nodes("node-1", "node-2")
+    world.add(mpijob(workers=workers, elastic_policy=elastic(1, 8, grace=30, regrow=NO_REGROW)))
+    world.settle("pi")
+    world.start_launcher("pi")
+    world.settle("pi")
+    return world
