@@ -44,6 +44,7 @@ KUBE_VERSION = "1.37.2"
 # How often rules are evaluated on the testbed. Not in the ServiceMonitor (a Prometheus CR's evaluationInterval
 # in a cluster); shorter than the scrape so a test sees an alert soon after the sample that fires it.
 EVALUATION_INTERVAL = "5s"
+SCRAPE_INTERVAL = "5s"
 _HEALTH_TIMEOUT = 60.0
 
 
@@ -111,6 +112,8 @@ def chart_endpoint() -> ScrapeEndpoint:
     argv = [str(helm), "template", "r", str(repo_root() / CHART), "--kube-version", KUBE_VERSION]
     # Any image: the chart refuses to render without one, and only the Service and ServiceMonitor are read.
     argv += ["--set", "metrics.serviceMonitor.enabled=true", "--set", "image.repository=mpijob-operator"]
+    # A scrape interval a user may set (the chart's default is 30 s): tests wait for scrapes, not for 30 s each.
+    argv += ["--set", f"metrics.serviceMonitor.interval={SCRAPE_INTERVAL}"]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise TestbedError(f"helm template failed: {proc.stderr.strip()}")
