@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from mpijob.api import constants as c
+from mpijob.api.objects import FINISHED_PHASES, is_leaving, pod_phase
 from mpijob.cli import history
 from mpijob.cli.errors import CommandError
 from mpijob.cli.kube import client, get_job, job_path, missing_job, resolve_namespace, run_command, worker_pods
@@ -85,8 +86,8 @@ async def scale_in(
             for p in await worker_pods(kube, namespace, job)
             if controller_uid(p) == obj["metadata"]["uid"]
             and not p["metadata"].get("deletionTimestamp")
-            and c.ANNOTATION_LEAVING_SINCE not in (p["metadata"].get("annotations") or {})
-            and (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
+            and not is_leaving(p)
+            and pod_phase(p) not in FINISHED_PHASES
         }
         if node is not None:
             workers = [n for n, p in serving.items() if (p.get("spec") or {}).get("nodeName") == node]
@@ -163,7 +164,7 @@ async def wait_gone(kube: Client, namespace: str, job: str, victims: list[str], 
                 state = "gone"
             elif pod["metadata"].get("deletionTimestamp"):
                 state = "terminating"
-            elif c.ANNOTATION_LEAVING_SINCE in (pod["metadata"].get("annotations") or {}):
+            elif is_leaving(pod):
                 since = pod["metadata"]["annotations"][c.ANNOTATION_LEAVING_SINCE]
                 state = f"left discovery at {since}; pod deleted after the grace period"
             else:
