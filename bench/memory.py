@@ -344,7 +344,8 @@ class ApiStandIn:
         return next(w.kind for w in watched() if w.path == path)
 
     async def request(self, method: str, path: str, query: Any = None, **_: Any) -> Any:
-        from mpijob.runtime.informer import PAGE, loads
+        from mpijob.api.jsoncodec import loads
+        from mpijob.runtime.informer import PAGE
 
         self.requests += 1
         if method != "GET":

@@ -54,13 +54,13 @@ def test_every_name_the_client_packages_export_resolves_to_the_library_object() 
 
 
 def test_watch_events_decode_as_the_standard_library_decodes_them() -> None:
-    # The informers decode every watch line with orjson (runtime/informer.py); same values, and the
+    # The informers decode every watch line with orjson (api/jsoncodec.py); same values, and the
     # standard library's answer for what orjson refuses.
-    from mpijob.runtime import informer
+    from mpijob.api.jsoncodec import loads
 
     for text in (
         '{"type": "MODIFIED", "object": {"metadata": {"resourceVersion": "42", "generation": 9223372036854775807}}}',
         '{"s": "\\u00e9\\ud83d\\ude00", "f": 1.5, "n": null, "b": [true, false]}',
         '{"lone": "\\ud800"}',
     ):
-        assert informer.loads(text.encode()) == json.loads(text)
+        assert loads(text.encode()) == json.loads(text)

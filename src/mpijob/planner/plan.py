@@ -13,13 +13,11 @@ creations), so a crash at any point leaves a state from which the next reconcile
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import replace
 
-import orjson
 from pydantic import ValidationError
 
-from mpijob.api import rules
+from mpijob.api import jsoncodec, rules
 from mpijob.api.constants import JOB_CREATED_REASON
 from mpijob.api.models import API_VERSION, MPIJobSpec
 from mpijob.planner import child_writes, finish, job_status, worker_writes
@@ -41,17 +39,6 @@ from mpijob.planner.workers import absences_to_confirm
 INVALID_SPEC_REASON = "InvalidSpec"
 
 
-def _json_text(raw: object) -> bytes | str:
-    """The spec as JSON text, by orjson (~5x the standard library; every plan validates the spec); what
-    orjson refuses (a non-string key, an integer past 64 bits, a lone surrogate) by the standard library, which
-    also raises what it raised before for what is not JSON at all. (They differ only on NaN, which no API
-    server's JSON holds.)"""
-    try:
-        return orjson.dumps(raw)
-    except orjson.JSONEncodeError:
-        return json.dumps(raw)
-
-
 def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
     """Parses the spec and checks the cross-field rules: the same definitions the CRD is generated from
     (models and `api/rules.py`), for objects an older CRD let through or edited while we were down."""
@@ -59,7 +46,7 @@ def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
     raw = job.get("spec") or {}
     try:
         # Strict, from JSON, as the API server reads it: "2" or true for an integer is an error, not a 2 or a 1.
-        spec = MPIJobSpec.model_validate_json(_json_text(raw), strict=True)
+        spec = MPIJobSpec.model_validate_json(jsoncodec.dumps(raw), strict=True)
     except (TypeError, ValueError) as err:
         if not isinstance(err, ValidationError):
             return None, [*errors, f"spec: not JSON ({err})"]
