@@ -19,19 +19,17 @@ from pydantic import ValidationError
 
 from mpijob.api import jsoncodec, rules
 from mpijob.api.constants import JOB_CREATED_REASON
-from mpijob.api.models import API_VERSION, MPIJobSpec
+from mpijob.api.models import MPIJobSpec
 from mpijob.planner import child_writes, finish, job_status, worker_writes
 from mpijob.planner import status as conditions
-from mpijob.planner.actions import NOTHING, ConfirmAbsence, Emit, Patch, Plan
-from mpijob.planner.draft import PlanContext, merge_patch_to, status_patch
+from mpijob.planner.actions import NOTHING, ConfirmAbsence, Emit, Plan
+from mpijob.planner.draft import PlanContext, status_patch, status_write
 from mpijob.planner.snapshot import (
     Obj,
     Snapshot,
     format_time,
     is_owned_by,
     is_terminating,
-    name_of,
-    resource_version,
 )
 from mpijob.planner.workers import absences_to_confirm
 
@@ -163,20 +161,10 @@ def _invalid_edit(snapshot: Snapshot, errors: list[str]) -> Plan:
     # Only the condition changes: `state` and everything else keep what the last valid plan wrote.
     if status.state is None:
         status.state = conditions.state(conditions.read_status(old))
-    new = conditions.dump_status(status)
-    if new == old:
+    patch = status_write(snapshot.job, old, status, now)
+    if patch is None:
         return NOTHING
-    new["lastReconcileTime"] = now
-    patch = Patch(
-        API_VERSION,
-        "MPIJob",
-        name_of(snapshot.job),
-        {"status": merge_patch_to(old, new)},
-        resource_version=resource_version(snapshot.job),
-        subresource="status",
-        announce=(Emit("Warning", "ValidationError", message),) if flipped else (),
-    )
-    return Plan(status=(patch,))
+    return Plan(status=(replace(patch, announce=(Emit("Warning", "ValidationError", message),) if flipped else ()),))
 
 
 def _invalid(snapshot: Snapshot, errors: list[str]) -> Plan:
