@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mpijob.api import constants as c
-from mpijob.cli.kube import client, get_job, run_command, worker_pods
+from mpijob.cli.kube import client, get_job, namespace_arg, print_document, run_command, worker_pods
 from mpijob.executor.resources import collection_path
 
 # Event reason -> what happened to the job's size, for the reasons the elastic code writes.
@@ -140,9 +140,7 @@ def register(subparsers: Any, common: Any) -> None:
 
 
 async def _history(args: argparse.Namespace) -> int:
-    from mpijob.cli.elastic import _dump, _ns  # one set of kubectl habits for every command
-
-    ns = _ns(args)
+    ns = namespace_arg(args)
     async with client(args.kubeconfig, args.context) as kube:
         obj = await get_job(kube, ns, args.job)
         selector = f"involvedObject.kind=MPIJob,involvedObject.name={args.job}"
@@ -155,7 +153,7 @@ async def _history(args: argparse.Namespace) -> int:
             "name": args.job,
             "history": [asdict(e) | {"workers": list(e.workers)} for e in entries],
         }
-        _dump(doc, args.output)
+        print_document(doc, args.output)
         return 0
     if not entries:
         print(f"MPIJob {ns}/{args.job}: no elastic history recorded (Events expire after the API server's --event-ttl)")
