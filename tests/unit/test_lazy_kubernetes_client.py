@@ -1,6 +1,6 @@
 """kubernetes_asyncio's generated models and API classes load on first use only (mpijob/lazyk8s.py):
-importing the operator must not load them all, and every name the library's packages export must still
-resolve to the library's own object."""
+starting the operator must not load them all, every name the library's packages export must still resolve to
+the library's own object, and importing the library's packages without the programs changes nothing."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 _PROBE = """
 import json, sys
-import mpijob.runtime.operator  # noqa: F401 (the informers, the client, leader election)
+import mpijob.cli.operator  # noqa: F401 (what `mpijob operator` imports: the informers, the client, leader election)
 import kubernetes_asyncio.leaderelection.resourcelock.leaselock  # noqa: F401
 prefixes = ("kubernetes_asyncio.client.models.", "kubernetes_asyncio.client.api.")
 loaded = [m for m in sys.modules if m.startswith(prefixes)]
@@ -21,6 +21,7 @@ _ALL = """
 import importlib, json
 from pathlib import Path
 import mpijob.lazyk8s as lazy
+lazy.install()
 import kubernetes_asyncio.client as client
 bad = []
 for package in (lazy.CLIENT, lazy.MODELS, lazy.APIS):
@@ -42,6 +43,17 @@ def test_importing_the_operator_loads_only_the_few_model_and_api_classes_it_uses
 
     assert isinstance(loaded, list)
     assert len(loaded) < 20, loaded  # the library has ~770 models and ~60 APIs
+
+
+def test_importing_the_operators_packages_leaves_kubernetes_asyncio_as_it_is() -> None:
+    # Only the programs (mpijob.cli) install the stand-ins; a library user gets the library's own package.
+    real = _run(
+        "import json, sys\n"
+        "import mpijob.runtime.operator  # noqa: F401\n"
+        "print(json.dumps(sys.modules['kubernetes_asyncio.client'].__spec__.origin is not None))"
+    )
+
+    assert real is True
 
 
 def test_every_name_the_client_packages_export_resolves_to_the_library_object() -> None:
