@@ -56,7 +56,11 @@ testbed-prometheus:
 demo: system-deps $(STAMP) testbed
 	$(BIN)/mpijob-testbed demo
 
+# The shell scripts shellcheck keeps clean (Debian package shellcheck, testbed/system-packages.txt).
+SHELLCHECKED := src/mpijob/planner/discover_hosts.sh
+
 lint: $(STAMP)
+	shellcheck $(SHELLCHECKED)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy

@@ -344,7 +344,8 @@ class ApiStandIn:
         return next(w.kind for w in watched() if w.path == path)
 
     async def request(self, method: str, path: str, query: Any = None, **_: Any) -> Any:
-        from mpijob.runtime.informer import PAGE, loads
+        from mpijob.api.jsoncodec import loads
+        from mpijob.runtime.informer import PAGE
 
         self.requests += 1
         if method != "GET":
@@ -475,7 +476,7 @@ def structures(state: dict[str, Any]) -> dict[str, int]:
 
 def run_one(jobs: int, trace: bool, page: int, where: Path, heap_mode: str = "both") -> dict[str, Any]:
     phases: dict[str, int] = {"python": rss_kib()}
-    import mpijob.runtime.operator  # noqa: F401  (what `mpijob operator` imports)
+    import mpijob.cli.operator  # noqa: F401  (what `mpijob operator` imports)
     from mpijob.runtime import informer
 
     informer.PAGE = page

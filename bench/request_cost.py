@@ -16,7 +16,8 @@ from typing import Any
 
 from harness import measure_on_testbed, print_table
 
-from mpijob.executor.client import Client, _loads
+from mpijob.api.jsoncodec import loads
+from mpijob.executor.client import Client
 from mpijob.executor.kubeconfig import load_api_client
 
 NS_PATH = "/api/v1/namespaces/default/configmaps"
@@ -62,7 +63,7 @@ class LibraryPath(Client):
         data = await raw.read()
         if not 200 <= raw.status < 300:
             raise RuntimeError(f"{raw.status} {data[:200]!r}")
-        return _loads(data) if data else None
+        return loads(data) if data else None
 
 
 async def _round(client: Client, name: str) -> None:

@@ -12,7 +12,7 @@ out="${MPIJOB_IMAGE_DIR:-$repo/.cache/image}"
 python="${PYTHON:-python3}"
 version="$("$python" -c 'import tomllib,sys; print(tomllib.load(open(sys.argv[1],"rb"))["project"]["version"])' "$repo/pyproject.toml")"
 stamp="$out/.stamp"
-want="$(cat "$0" "$repo/requirements.lock" "$repo/pyproject.toml" <(cd "$repo" && find src/mpijob -name '*.py' -print0 | sort -z | xargs -0 cat) | sha256sum | cut -c1-16)"
+want="$(cat "$0" "$repo/requirements.lock" "$repo/pyproject.toml" <(cd "$repo" && find src/mpijob -type f ! -name '*.pyc' -print0 | sort -z | xargs -0 cat) | sha256sum | cut -c1-16)"
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -d "$out/oci" ]]; then
   echo "image: up to date in $out/oci ($version)"
   exit 0

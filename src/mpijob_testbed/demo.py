@@ -20,6 +20,7 @@ from typing import Any
 
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
+from mpijob.api.objects import is_leaving
 from mpijob.cli.elastic import pod_table
 from mpijob.cli.kube import client, job_path, worker_pods
 from mpijob.cli.operator import install_crd
@@ -172,7 +173,7 @@ def api_view(pods: list[dict[str, Any]]) -> list[str]:
         for p in pods
         if (p.get("status") or {}).get("phase") == "Running"
         and not p["metadata"].get("deletionTimestamp")
-        and c.ANNOTATION_LEAVING_SINCE not in (p["metadata"].get("annotations") or {})
+        and not is_leaving(p)
     ]
 
 

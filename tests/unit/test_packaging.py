@@ -73,3 +73,18 @@ def test_the_testbed_is_its_own_distribution_with_its_own_command() -> None:
     (source,) = testbed["tool"]["setuptools"]["package-dir"].values()
     assert (REPO / "testbed" / source).resolve() == REPO / "src" / "mpijob_testbed"
     assert "mpijob-operator" in testbed["project"]["dependencies"]
+
+
+def test_every_file_of_the_operator_package_is_in_its_wheel() -> None:
+    # setuptools ships modules by itself; any other file (py.typed, discover_hosts.sh) only when package-data
+    # names it, and a file left out would fail only once installed (the image, the plugin archive).
+    package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    src = REPO / "src"
+    shipped = {
+        path
+        for package, patterns in package_data.items()
+        for pattern in patterns
+        for path in (src / package.replace(".", "/")).glob(pattern)
+    }
+    files = {p for p in (src / "mpijob").rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert {p for p in files if p.suffix != ".py"} - shipped == set()

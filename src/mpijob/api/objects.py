@@ -9,7 +9,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from mpijob.api.constants import ANNOTATION_LEAVING_SINCE
+
 Obj = dict[str, Any]
+
+# The phases of a pod that runs no more: its containers stopped for good.
+FINISHED_PHASES = ("Failed", "Succeeded")
 
 
 def get_condition(status: Obj, kind: str) -> Obj | None:
@@ -55,6 +60,12 @@ def resource_version(obj: Obj) -> str | None:
     return str(version) if version is not None else None
 
 
+def resource_version_number(version: object) -> int:
+    """A resourceVersion as a number, to tell which of two versions is newer. resourceVersions are opaque, but
+    etcd-backed servers make them increasing integers; anything else is 0, so no comparison using it fires."""
+    return int(version) if isinstance(version, str) and version.isascii() and version.isdigit() else 0
+
+
 def labels_of(obj: Obj) -> dict[str, str]:
     return dict(meta(obj).get("labels") or {})
 
@@ -89,6 +100,12 @@ def is_owned_by(obj: Obj, owner: Obj) -> bool:
 
 def is_terminating(obj: Obj) -> bool:
     return (obj.get("metadata") or _EMPTY).get("deletionTimestamp") is not None
+
+
+def is_leaving(pod: Obj) -> bool:
+    """A worker marked leaving (the annotation with the time it started): out of discovery, deleted after its
+    grace period."""
+    return ANNOTATION_LEAVING_SINCE in ((pod.get("metadata") or _EMPTY).get("annotations") or _EMPTY)
 
 
 def parse_time(value: str | None) -> datetime | None:

@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from typing import Any
 
-import yaml
-
 from mpijob.api import constants as c
+from mpijob.api.objects import FINISHED_PHASES, is_leaving, pod_phase
 from mpijob.cli import history
 from mpijob.cli.errors import CommandError
-from mpijob.cli.kube import client, get_job, job_path, missing_job, resolve_namespace, run_command, worker_pods
+from mpijob.cli.kube import (
+    client,
+    get_job,
+    job_path,
+    missing_job,
+    namespace_arg,
+    print_document,
+    run_command,
+    worker_pods,
+)
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.resources import object_path
 from mpijob.planner.discovery import listed_lines
@@ -29,17 +36,6 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", default=None)
     parser.add_argument("--context", default=None, help="kubeconfig context to use")
     parser.add_argument("-o", "--output", choices=("json", "yaml", "wide"), default=None)
-
-
-def _ns(args: argparse.Namespace) -> str:
-    return resolve_namespace(args.kubeconfig, args.context, args.namespace)
-
-
-def _dump(obj: Any, output: str) -> None:
-    if output == "json":
-        print(json.dumps(obj, indent=2))
-    else:
-        print(yaml.safe_dump(obj, sort_keys=False), end="")
 
 
 def register(subparsers: Any) -> None:
@@ -85,8 +81,8 @@ async def scale_in(
             for p in await worker_pods(kube, namespace, job)
             if controller_uid(p) == obj["metadata"]["uid"]
             and not p["metadata"].get("deletionTimestamp")
-            and c.ANNOTATION_LEAVING_SINCE not in (p["metadata"].get("annotations") or {})
-            and (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")
+            and not is_leaving(p)
+            and pod_phase(p) not in FINISHED_PHASES
         }
         if node is not None:
             workers = [n for n, p in serving.items() if (p.get("spec") or {}).get("nodeName") == node]
@@ -136,11 +132,11 @@ async def scale_in(
 
 async def _scale_in(args: argparse.Namespace) -> int:
     workers = [w.strip() for w in args.workers.split(",") if w.strip()] if args.workers else None
-    ns = _ns(args)
+    ns = namespace_arg(args)
     async with client(args.kubeconfig, args.context) as kube:
         old, new, added = await scale_in(kube, ns, args.job, workers, args.node, args.replace)
         if args.output in ("json", "yaml"):
-            _dump(
+            print_document(
                 {"namespace": ns, "job": args.job, "replicas": {"old": old, "new": new}, "workersToDelete": added},
                 args.output,
             )
@@ -163,7 +159,7 @@ async def wait_gone(kube: Client, namespace: str, job: str, victims: list[str], 
                 state = "gone"
             elif pod["metadata"].get("deletionTimestamp"):
                 state = "terminating"
-            elif c.ANNOTATION_LEAVING_SINCE in (pod["metadata"].get("annotations") or {}):
+            elif is_leaving(pod):
                 since = pod["metadata"]["annotations"][c.ANNOTATION_LEAVING_SINCE]
                 state = f"left discovery at {since}; pod deleted after the grace period"
             else:
@@ -185,7 +181,7 @@ async def wait_gone(kube: Client, namespace: str, job: str, victims: list[str], 
 
 
 async def _scale(args: argparse.Namespace) -> int:
-    ns = _ns(args)
+    ns = namespace_arg(args)
     async with client(args.kubeconfig, args.context) as kube:
         try:
             result = await kube.merge_patch(job_path(ns, args.job, "scale"), {"spec": {"replicas": args.replicas}})
@@ -194,7 +190,7 @@ async def _scale(args: argparse.Namespace) -> int:
                 raise missing_job(err, ns, args.job) from err
             raise
     if args.output in ("json", "yaml"):
-        _dump(result, args.output)
+        print_document(result, args.output)
     else:
         print(f"mpijob {ns}/{args.job} scaled to {args.replicas} workers")
     return 0
@@ -242,7 +238,7 @@ def pod_table(pods: list[dict[str, Any]], job: str, wide: bool = False) -> str:
 
 
 async def _status(args: argparse.Namespace) -> int:
-    ns = _ns(args)
+    ns = namespace_arg(args)
     async with client(args.kubeconfig, args.context) as kube:
         obj = await get_job(kube, ns, args.job)
         pods = await worker_pods(kube, ns, args.job)
@@ -265,7 +261,7 @@ async def _status(args: argparse.Namespace) -> int:
             "discovery": [f"{h}:{s}" for h, s in discovery_from_config_map(cm)],
             "conditions": status.get("conditions") or [],
         }
-        _dump(doc, args.output)
+        print_document(doc, args.output)
         return 0
     print(f"MPIJob {ns}/{args.job}: state={status.get('state') or '-'} replicas={replicas}")
     if elastic:

@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mpijob.api import constants as c
-from mpijob.cli.kube import client, get_job, run_command, worker_pods
+from mpijob.api.objects import resource_version, resource_version_number
+from mpijob.cli.kube import client, get_job, namespace_arg, print_document, run_command, worker_pods
 from mpijob.executor.resources import collection_path
 
 # Event reason -> what happened to the job's size, for the reasons the elastic code writes.
@@ -93,7 +94,7 @@ def history(job: dict[str, Any], events: list[dict[str, Any]], pods: list[dict[s
         if kind is None or ((reason.startswith("Successful") or reason == c.JOB_CREATED_REASON) and not workers):
             continue
         entry = Entry(_event_time(event), kind, reason, signal_of(reason, message), workers, message)
-        out.append((entry.time, _version(event), entry))
+        out.append((entry.time, resource_version_number(resource_version(event)), entry))
     for cond in (job.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "BelowMinReplicas" and cond.get("lastTransitionTime"):
             below = cond.get("status") == "True"
@@ -105,7 +106,7 @@ def history(job: dict[str, Any], events: list[dict[str, Any]], pods: list[dict[s
                 (),
                 str(cond.get("message") or ""),
             )
-            out.append((entry.time, _version(job), entry))
+            out.append((entry.time, resource_version_number(resource_version(job)), entry))
     for pod in pods:
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         since = annotations.get(c.ANNOTATION_LEAVING_SINCE)
@@ -114,14 +115,9 @@ def history(job: dict[str, Any], events: list[dict[str, Any]], pods: list[dict[s
             worker = str(pod["metadata"]["name"])
             text = f"{worker} out of discovery, in its grace period"
             entry = Entry(str(since), "leaving", "leaving-since annotation", reason, (worker,), text)
-            out.append((entry.time, _version(pod), entry))
+            out.append((entry.time, resource_version_number(resource_version(pod)), entry))
     # ISO-8601 UTC stamps sort as text; within one second, etcd's revision says what was written first.
     return [entry for _, _, entry in sorted(out, key=lambda t: (t[0], t[1]))]
-
-
-def _version(obj: dict[str, Any]) -> int:
-    value = str((obj.get("metadata") or {}).get("resourceVersion") or "0")
-    return int(value) if value.isdigit() else 0
 
 
 def table(entries: list[Entry], wide: bool = False) -> str:
@@ -140,9 +136,7 @@ def register(subparsers: Any, common: Any) -> None:
 
 
 async def _history(args: argparse.Namespace) -> int:
-    from mpijob.cli.elastic import _dump, _ns  # one set of kubectl habits for every command
-
-    ns = _ns(args)
+    ns = namespace_arg(args)
     async with client(args.kubeconfig, args.context) as kube:
         obj = await get_job(kube, ns, args.job)
         selector = f"involvedObject.kind=MPIJob,involvedObject.name={args.job}"
@@ -155,7 +149,7 @@ async def _history(args: argparse.Namespace) -> int:
             "name": args.job,
             "history": [asdict(e) | {"workers": list(e.workers)} for e in entries],
         }
-        _dump(doc, args.output)
+        print_document(doc, args.output)
         return 0
     if not entries:
         print(f"MPIJob {ns}/{args.job}: no elastic history recorded (Events expire after the API server's --event-ttl)")

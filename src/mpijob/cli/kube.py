@@ -1,7 +1,9 @@
-"""Small helpers the CLI commands share: a client from a kubeconfig, MPIJob reads and patches."""
+"""Small helpers the CLI commands share: a client from a kubeconfig, MPIJob reads and patches, and kubectl's
+habits (the namespace of `-n` or the context, `-o json|yaml`)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -38,6 +40,19 @@ def resolve_namespace(kubeconfig: str | None, context: str | None, explicit: str
     if IN_CLUSTER_NAMESPACE.exists():
         return IN_CLUSTER_NAMESPACE.read_text().strip() or "default"
     return "default"
+
+
+def namespace_arg(args: argparse.Namespace) -> str:
+    """The namespace a command's -n/--kubeconfig/--context arguments name (`resolve_namespace`)."""
+    return resolve_namespace(args.kubeconfig, args.context, args.namespace)
+
+
+def print_document(obj: Any, output: str) -> None:
+    """`-o json` or `-o yaml` output, as kubectl prints it."""
+    if output == "json":
+        print(json.dumps(obj, indent=2))
+    else:
+        print(yaml.safe_dump(obj, sort_keys=False), end="")
 
 
 def check_kubeconfig(kubeconfig: str | None) -> list[Path]:

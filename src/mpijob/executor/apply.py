@@ -16,7 +16,7 @@ from typing import Any
 
 from mpijob.api.constants import EVENT_SOURCE, JOB_CREATED_REASON
 from mpijob.api.models import API_VERSION
-from mpijob.api.objects import controller_uid
+from mpijob.api.objects import controller_uid, resource_version_number
 from mpijob.executor.client import ApiError, Client, WriteClass
 from mpijob.executor.events import EventPoster, post_event
 from mpijob.executor.resources import collection_path, object_path
@@ -103,12 +103,6 @@ class Outcome:
     created: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
 
-def version_number(rv: Any) -> int:
-    """resourceVersions are opaque, but etcd-backed servers make them increasing integers; anything else is 0
-    (no comparison that uses it then ever fires)."""
-    return int(rv) if isinstance(rv, str) and rv.isdigit() else 0
-
-
 @dataclass
 class JobWrites:
     """Our writes of MPIJobs, for the watch side: the version each job's last write made (the cache must show
@@ -120,7 +114,7 @@ class JobWrites:
     in_flight: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def echo(self, key: tuple[str, str], rv: Any) -> bool:
-        return self.in_flight.get(key, 0) > 0 or 0 < version_number(rv) <= self.written.get(key, 0)
+        return self.in_flight.get(key, 0) > 0 or 0 < resource_version_number(rv) <= self.written.get(key, 0)
 
 
 @dataclass
@@ -356,8 +350,8 @@ class Executor:
             else:
                 del writes.in_flight[key]
         version = (result.get("metadata") or {}).get("resourceVersion") if isinstance(result, dict) else None
-        if version_number(version):
-            writes.written[key] = version_number(version)
+        if resource_version_number(version):
+            writes.written[key] = resource_version_number(version)
         return result
 
     async def _patch(self, namespace: str, action: Patch, made: Any, write_class: WriteClass) -> Any:

@@ -19,7 +19,6 @@ import asyncio
 import enum
 import heapq
 import itertools
-import json
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -28,28 +27,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
-import orjson
 from kubernetes_asyncio.client import ApiClient
 
-
-def _dumps(body: Any, sanitize: Callable[[Any], Any]) -> bytes:
-    """A request body as kubernetes_asyncio would send it (its `sanitize_for_serialization`, then stdlib
-    JSON), by orjson (~10x faster on our bodies): what orjson does not know (a client model, a date) goes
-    through the library's sanitiser; what it refuses (a non-string key, a lone surrogate, an integer past 64
-    bits) is sent as before. orjson writes UTF-8 where the standard library escapes: the same JSON."""
-    try:
-        return orjson.dumps(body, default=sanitize, option=orjson.OPT_PASSTHROUGH_DATETIME)
-    except orjson.JSONEncodeError:
-        return json.dumps(sanitize(body)).encode()
-
-
-def _loads(data: bytes) -> Any:
-    """orjson (~2x the standard library's speed on API objects), the standard library for what it refuses
-    (e.g. a lone surrogate escape). Integers are exact up to 64 bits, as every Kubernetes number is."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
+from mpijob.api.jsoncodec import dumps, loads
 
 
 class ApiError(Exception):
@@ -209,7 +189,7 @@ class Client:
         bucket, rank = self.bucket_for(write_class, path)
         await bucket.take(rank)
         self.requests += 1
-        data = None if body is None or method in ("GET", "HEAD") else _dumps(body, self.api.sanitize_for_serialization)
+        data = None if body is None or method in ("GET", "HEAD") else dumps(body, self.api.sanitize_for_serialization)
         headers = {"Content-Type": content_type, "Accept": accept}
         # Without a timeout a hung connection would hold a worker (and its job key) forever.
         raw = await self._send(method, path, query, headers, data, aiohttp.ClientTimeout(total=self.timeout))
@@ -220,7 +200,7 @@ class Client:
             self.on_response(method, path, status)
         if not 200 <= status < 300:
             raise ApiError(status, str(raw.reason), data.decode(errors="replace"))
-        return _loads(data) if data else None
+        return loads(data) if data else None
 
     def bucket_for(self, write_class: WriteClass, path: str) -> tuple[TokenBucket, int]:
         """The token bucket of a request, and its rank there."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from mpijob.api import constants
 from mpijob.api.models import JobStatus, LauncherCreationPolicy
+from mpijob.api.objects import FINISHED_PHASES
 from mpijob.planner import children, discovery, podgroups
 from mpijob.planner import status as conditions
 from mpijob.planner.actions import Create, Delete, Emit, Patch
@@ -29,7 +30,7 @@ from mpijob.planner.snapshot import (
     resource_version,
     uid_of,
 )
-from mpijob.planner.workers import FINISHED_PHASES, WorkerPlan
+from mpijob.planner.workers import WorkerPlan
 
 # While a Secret named like the job's SSH Secret that the operator did not create blocks the job, the create
 # is retried this often (the operator does not watch Secrets, so it is not told when the name frees up).

@@ -176,13 +176,21 @@ class PlanContext:
 
 
 def status_patch(job: Obj, old: dict[str, Any], status: JobStatus, now: str) -> Patch | None:
-    """The status write, only when the status changed (a steady job writes nothing), optimistic on the
-    job's resourceVersion. Sets `state` (and `lastReconcileTime` when writing) on `status`."""
+    """The status write (`status_write`) of `status` with its `state` set from its conditions. Sets `state`
+    (and `lastReconcileTime` when writing) on `status`."""
     status.state = conditions.state(status)
+    patch = status_write(job, old, status, now)
+    if patch is not None:
+        status.last_reconcile_time = now
+    return patch
+
+
+def status_write(job: Obj, old: dict[str, Any], status: JobStatus, now: str) -> Patch | None:
+    """The write of `status` over the status read (`old`), only when it changed (a steady job writes
+    nothing), stamped `lastReconcileTime` and optimistic on the job's resourceVersion."""
     new = conditions.dump_status(status)
     if new == old:
         return None
-    status.last_reconcile_time = now
     new["lastReconcileTime"] = now
     return Patch(
         API_VERSION,

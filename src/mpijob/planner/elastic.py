@@ -21,8 +21,10 @@ from datetime import datetime, timedelta
 from mpijob.api import constants
 from mpijob.api.models import ElasticPolicy, JobStatus, MPIJobSpec, NodeTerminationPolicy
 from mpijob.api.objects import (
+    FINISHED_PHASES,
     Obj,
     annotations_of,
+    is_leaving,
     is_terminating,
     labels_of,
     name_of,
@@ -40,7 +42,6 @@ from mpijob.planner.snapshot import Snapshot, is_owned_by
 from mpijob.planner.workers import (
     BAD_NAMES_SHOWN,
     DISRUPTED,
-    FINISHED_PHASES,
     Leave,
     Signal,
     WorkerPlan,
@@ -50,7 +51,6 @@ from mpijob.planner.workers import (
     hold_soft_signals,
     index_of,
     is_foreign,
-    is_leaving,
     leaving_since,
     may_be_uncached_worker,
     node_lost,

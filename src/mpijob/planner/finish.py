@@ -5,12 +5,12 @@ ttlSecondsAfterFinished has passed."""
 from __future__ import annotations
 
 from mpijob.api.models import API_VERSION, CleanPodPolicy
+from mpijob.api.objects import FINISHED_PHASES
 from mpijob.planner import child_writes, job_status, worker_writes
 from mpijob.planner import status as conditions
 from mpijob.planner.actions import Delete, Emit
 from mpijob.planner.draft import PlanContext
 from mpijob.planner.snapshot import is_terminating, name_of, parse_time, pod_phase, pod_ready, uid_of
-from mpijob.planner.workers import FINISHED_PHASES
 
 
 def finished(ctx: PlanContext) -> None:

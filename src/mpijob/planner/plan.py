@@ -13,43 +13,28 @@ creations), so a crash at any point leaves a state from which the next reconcile
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import replace
 
-import orjson
 from pydantic import ValidationError
 
-from mpijob.api import rules
+from mpijob.api import jsoncodec, rules
 from mpijob.api.constants import JOB_CREATED_REASON
-from mpijob.api.models import API_VERSION, MPIJobSpec
+from mpijob.api.models import MPIJobSpec
 from mpijob.planner import child_writes, finish, job_status, worker_writes
 from mpijob.planner import status as conditions
-from mpijob.planner.actions import NOTHING, ConfirmAbsence, Emit, Patch, Plan
-from mpijob.planner.draft import PlanContext, merge_patch_to, status_patch
+from mpijob.planner.actions import NOTHING, ConfirmAbsence, Emit, Plan
+from mpijob.planner.draft import PlanContext, status_patch, status_write
 from mpijob.planner.snapshot import (
     Obj,
     Snapshot,
     format_time,
     is_owned_by,
     is_terminating,
-    name_of,
-    resource_version,
 )
 from mpijob.planner.workers import absences_to_confirm
 
 # The Failed reason of a job refused at its first plan.
 INVALID_SPEC_REASON = "InvalidSpec"
-
-
-def _json_text(raw: object) -> bytes | str:
-    """The spec as JSON text, by orjson (~5x the standard library; every plan validates the spec); what
-    orjson refuses (a non-string key, an integer past 64 bits, a lone surrogate) by the standard library, which
-    also raises what it raised before for what is not JSON at all. (They differ only on NaN, which no API
-    server's JSON holds.)"""
-    try:
-        return orjson.dumps(raw)
-    except orjson.JSONEncodeError:
-        return json.dumps(raw)
 
 
 def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
@@ -59,7 +44,7 @@ def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
     raw = job.get("spec") or {}
     try:
         # Strict, from JSON, as the API server reads it: "2" or true for an integer is an error, not a 2 or a 1.
-        spec = MPIJobSpec.model_validate_json(_json_text(raw), strict=True)
+        spec = MPIJobSpec.model_validate_json(jsoncodec.dumps(raw), strict=True)
     except (TypeError, ValueError) as err:
         if not isinstance(err, ValidationError):
             return None, [*errors, f"spec: not JSON ({err})"]
@@ -176,20 +161,10 @@ def _invalid_edit(snapshot: Snapshot, errors: list[str]) -> Plan:
     # Only the condition changes: `state` and everything else keep what the last valid plan wrote.
     if status.state is None:
         status.state = conditions.state(conditions.read_status(old))
-    new = conditions.dump_status(status)
-    if new == old:
+    patch = status_write(snapshot.job, old, status, now)
+    if patch is None:
         return NOTHING
-    new["lastReconcileTime"] = now
-    patch = Patch(
-        API_VERSION,
-        "MPIJob",
-        name_of(snapshot.job),
-        {"status": merge_patch_to(old, new)},
-        resource_version=resource_version(snapshot.job),
-        subresource="status",
-        announce=(Emit("Warning", "ValidationError", message),) if flipped else (),
-    )
-    return Plan(status=(patch,))
+    return Plan(status=(replace(patch, announce=(Emit("Warning", "ValidationError", message),) if flipped else ()),))
 
 
 def _invalid(snapshot: Snapshot, errors: list[str]) -> Plan:

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from mpijob.api import constants
 from mpijob.api.models import ElasticPolicy, IndexPolicy, JobStatus, NodeTerminationPolicy, RegrowPolicy, RegrowStatus
 from mpijob.api.objects import (
+    FINISHED_PHASES,
     Obj,
     annotations_of,
     format_time,
@@ -49,7 +50,6 @@ from mpijob.planner.snapshot import Snapshot
 
 # A backoff is shortened by up to this fraction (deterministic jitter), never lengthened past its ceiling.
 JITTER = 0.2
-FINISHED = ("Failed", "Succeeded")
 # The Delete's reason for a probe that timed out (the metrics tell it from other deletes by it).
 TIMED_OUT = "regrow probe got no node in time"
 
@@ -174,7 +174,7 @@ def decide(snapshot: Snapshot, inputs: Inputs) -> Regrow:
         (p for p in inputs.probes if not is_terminating(p)),
         key=lambda p: constants.worker_index(job_name, name_of(p)) or 0,
     )
-    late = [p for p in pending if pod_phase(p) in FINISHED or _age(p, now) >= config.probe_timeout_seconds]
+    late = [p for p in pending if pod_phase(p) in FINISHED_PHASES or _age(p, now) >= config.probe_timeout_seconds]
     alive = [p for p in pending if p not in late]
     attempts, last_timed_out = prev.timed_out_attempts or 0, list(prev.last_timed_out)
     next_at = parse_time(prev.next_attempt_time)

@@ -14,6 +14,7 @@ from typing import Any
 
 from mpijob.api import constants
 from mpijob.api.models import API_VERSION
+from mpijob.api.objects import is_leaving
 from mpijob.planner import children, podgroups, regrow
 from mpijob.planner.actions import Patch
 from mpijob.planner.backoff import replacement_backoff
@@ -30,7 +31,6 @@ from mpijob.planner.snapshot import (
 from mpijob.planner.workers import (
     WorkerPlan,
     highest_worker_index,
-    is_leaving,
     leaving_since,
     plan_static,
     readable_last_index,

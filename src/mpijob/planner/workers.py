@@ -34,7 +34,6 @@ from mpijob.planner.snapshot import (
 )
 from mpijob.planner.status import is_finished
 
-FINISHED_PHASES = ("Failed", "Succeeded")
 # Bad workersToDelete names spelled out in the one Warning that reports them.
 BAD_NAMES_SHOWN = 10
 
@@ -257,10 +256,6 @@ def may_be_uncached_worker(snapshot: Snapshot, name: str, last_index: int) -> bo
         return False
     index = constants.worker_index(name_of(snapshot.job), name)
     return index is not None and index <= last_index
-
-
-def is_leaving(pod: Obj) -> bool:
-    return constants.ANNOTATION_LEAVING_SINCE in annotations_of(pod)
 
 
 def leaving_since(pod: Obj, default: datetime) -> datetime:

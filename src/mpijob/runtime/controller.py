@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, cast
 
 import orjson
 
-from mpijob.api.objects import Obj, is_terminating, meta
+from mpijob.api.objects import Obj, is_terminating, meta, resource_version_number
 from mpijob.executor.apply import Executor, Outcome
 from mpijob.executor.client import ApiError
 from mpijob.planner.actions import Action, Plan
@@ -50,16 +50,6 @@ CONFIRM_ROUNDS = 3
 # worker (the Job controller's syncJobBatchPeriod, 1 s there). Nothing else waits: a pod leaving, failing,
 # terminating or losing Ready queues its job at once.
 PROGRESS_BATCH_SECONDS = 0.5
-
-
-def _rv(obj: Any) -> int:
-    """resourceVersions are opaque, but etcd-backed servers make them increasing integers; treat
-    anything else as 0 so the staleness check simply never fires."""
-    value = (obj.get("metadata") or {}).get("resourceVersion") if isinstance(obj, dict) else obj
-    try:
-        return int(str(value))
-    except ValueError:
-        return 0
 
 
 def _fingerprint(view: dict[str, Any]) -> int:
@@ -130,13 +120,14 @@ class Expectations:
 
     def wait(self, key: Key, job: Obj, cache: Cache) -> float | None:
         """Seconds to wait before planning (the cache is behind our writes), or None: plan now."""
-        if _rv(job) < self.job_rv.get(key, 0):
-            log.debug("%s/%s: cache at rv %s, we wrote %s; waiting", *key, _rv(job), self.job_rv.get(key))
+        cached = resource_version_number(meta(job).get("resourceVersion"))
+        if cached < self.job_rv.get(key, 0):
+            log.debug("%s/%s: cache at rv %s, we wrote %s; waiting", *key, cached, self.job_rv.get(key))
             return 1.0  # fallback only: the watch event for our write normally comes first
         cm_version = cache.config_map_version(*key)
         if cm_version is None:
             self.config_map_rv.pop(key, None)  # gone: nothing to wait for (the plan makes it again)
-        elif _rv(cm_version) < self.config_map_rv.get(key, 0):
+        elif resource_version_number(cm_version) < self.config_map_rv.get(key, 0):
             log.debug("%s/%s: discovery ConfigMap cache behind our write; waiting", *key)
             return 1.0  # likewise for the discovery write of a deferred reconcile
         expected = self.pods.get(key)
@@ -166,7 +157,7 @@ class Expectations:
 
     def remember(self, key: Key, outcome: Outcome) -> None:
         if outcome.config_map_resource_version is not None:
-            self.config_map_rv[key] = _rv(outcome.config_map_resource_version)
+            self.config_map_rv[key] = resource_version_number(outcome.config_map_resource_version)
         if outcome.created_pods:
             self.pods[key] = (set(outcome.created_pods), time.monotonic() + EXPECTATION_TIMEOUT)
         if outcome.deleted_pods:

@@ -22,7 +22,6 @@ that comes while such a list runs makes it pause between two pages (at most `PAG
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import time
@@ -31,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
-import orjson
 
+from mpijob.api.jsoncodec import loads
 from mpijob.api.objects import Obj
 from mpijob.executor.client import ApiError, Client
 from mpijob.runtime.kinds import Watched
@@ -74,15 +73,6 @@ class Gone(Exception):
 
 class Stalled(Exception):
     """No event and no bookmark for longer than the stall bound."""
-
-
-def loads(data: bytes) -> Any:
-    """orjson, with the standard library's decoder for what orjson refuses (e.g. a lone surrogate escape).
-    Integers are exact up to 64 bits, as every Kubernetes number is."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
 
 
 def ident(watched: Watched, obj: Obj) -> Any:

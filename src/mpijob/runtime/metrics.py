@@ -28,7 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from mpijob.api import constants as c
-from mpijob.api.objects import Obj, is_true
+from mpijob.api.objects import Obj, is_leaving, is_true
 from mpijob.executor.apply import Executor, Outcome
 from mpijob.executor.events import DROP_REASONS, EventPoster
 from mpijob.planner.actions import Action, Create, Delete, Patch
@@ -308,7 +308,7 @@ class Metrics:
                     decisions.add("worker-lost")
             elif isinstance(action, Patch) and action.kind == "Pod":
                 annotations = (action.patch.get("metadata") or {}).get("annotations") or {}
-                if c.ANNOTATION_LEAVING_SINCE in annotations:
+                if is_leaving(action.patch):  # the patch marks the pod leaving
                     key = (namespace, action.name)
                     pod = cache.pod(namespace, action.name) or {}
                     node = (pod.get("spec") or {}).get("nodeName")
@@ -421,7 +421,7 @@ class _CacheCollector(Collector):
             for namespace, name in self.cache.mpijob_keys():
                 info.add_metric([c.launcher_name(name), namespace], 1.0)
             for pod in _cached_pods(self.cache):
-                if c.ANNOTATION_LEAVING_SINCE in ((pod.get("metadata") or {}).get("annotations") or {}):
+                if is_leaving(pod):
                     count += 1
         leaving.add_metric([], float(count))
         yield info

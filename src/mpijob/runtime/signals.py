@@ -7,11 +7,8 @@ it would put the rest of that job's pass ahead of other jobs' launcher nudges.
 
 from __future__ import annotations
 
-from mpijob.api.constants import ANNOTATION_LEAVING_SINCE
-from mpijob.api.objects import Obj, is_terminating, pod_ready
+from mpijob.api.objects import FINISHED_PHASES, Obj, is_leaving, is_terminating, pod_ready
 from mpijob.runtime.workqueue import NORMAL, SIGNAL
-
-_FINISHED = ("Failed", "Succeeded")
 
 
 def event_priority(kind: str, type: str, old: Obj | None, new: Obj, own: bool = False) -> int:
@@ -31,7 +28,7 @@ def pod_going(type: str, old: Obj | None, new: Obj) -> bool:
     """The pod is leaving: deleted (unless it was terminating already: that was the signal), starting to
     terminate, newly Failed or Succeeded, no longer Ready, or its DisruptionTarget condition changed. A worker
     marked leaving is out of discovery since its mark: its going is no news (our deletes at its deadline)."""
-    if ANNOTATION_LEAVING_SINCE in ((new.get("metadata") or {}).get("annotations") or {}):
+    if is_leaving(new):
         return False
     if type == "DELETED":
         return not is_terminating(old if old is not None else new)
@@ -40,7 +37,7 @@ def pod_going(type: str, old: Obj | None, new: Obj) -> bool:
     if is_terminating(new) and not is_terminating(old):
         return True
     phase = (new.get("status") or {}).get("phase")
-    if phase in _FINISHED and phase != (old.get("status") or {}).get("phase"):
+    if phase in FINISHED_PHASES and phase != (old.get("status") or {}).get("phase"):
         return True
     if pod_ready(old) and not pod_ready(new):
         return True
