@@ -142,13 +142,23 @@ def capture() -> dict[str, Any]:
     }
 
 
-def differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    """Human-readable list of what differs; empty when the host is as it was."""
+def _under(point: str, roots: tuple[str, ...]) -> bool:
+    return any(point == root or point.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def differences(
+    before: dict[str, Any], after: dict[str, Any], mounts_under: tuple[str, ...] | None = None
+) -> list[str]:
+    """Human-readable list of what differs; empty when the host is as it was. `mounts_under`: compare only
+    the mount points under these roots (the nodes' own); a chroot or a container that something else on the
+    host mounts meanwhile is not the testbed's to undo, nor a reason for its `down` to fail."""
     out = []
     for key in ("mounts", "links", "cgroups"):
         was, now = set(before[key]), set(after[key])
         if key == "cgroups":  # records made with deeper levels compare on what cgroups() records now
             was, now = {x for x in was if _recorded_cgroup(x)}, {x for x in now if _recorded_cgroup(x)}
+        if key == "mounts" and mounts_under is not None:
+            was, now = {x for x in was if _under(x, mounts_under)}, {x for x in now if _under(x, mounts_under)}
         added = sorted(now - was)
         removed = sorted(was - now)
         out += [f"{key}: added {x}" for x in added] + [f"{key}: removed {x}" for x in removed]
@@ -181,7 +191,7 @@ def unmount_new(before: dict[str, Any], under: tuple[str, ...]) -> list[str]:
     old = set(before["mounts"])
     undone = []
     for _ in range(5):  # a mount can be stacked several times on one point
-        new = [m for m in mounts() if m not in old and any(m == u or m.startswith(u.rstrip("/") + "/") for u in under)]
+        new = [m for m in mounts() if m not in old and _under(m, under)]
         if not new:
             break
         for point in sorted(new, key=len, reverse=True):

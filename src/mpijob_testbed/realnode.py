@@ -511,6 +511,16 @@ def _delete_pods(rest: Rest, node: NodeLayout, echo: Echo) -> None:
     echo(f"[testbed] real node {node.name}: containers still running after 30 s; killing them")
 
 
+# Where the nodes mount, besides their state directory (containerd's root and state are in it): the kubelet's
+# root, pods' network namespaces, containerd's sockets.
+NODE_MOUNT_ROOTS = ("/run/netns", "/var/run/netns", "/var/lib/kubelet", "/run/containerd")
+
+
+def own_mounts(*state_dirs: Path) -> tuple[str, ...]:
+    """The mount roots a real-node testbed at `state_dirs` may leave behind (what `down` undoes and checks)."""
+    return (*(str(d) for d in state_dirs), *NODE_MOUNT_ROOTS)
+
+
 def stop(layout: Layout, rest: Rest | None, echo: Echo) -> list[str]:
     """Stop the nodes and put the host back as recorded; returns what still differs (empty = clean)."""
     before: dict[str, Any] = json.loads(node_layout(layout).before.read_text())
@@ -524,16 +534,14 @@ def stop(layout: Layout, rest: Rest | None, echo: Echo) -> list[str]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     undone = hoststate.remove_cgroups(before)
-    undone += hoststate.unmount_new(
-        before, (str(layout.root), "/run/netns", "/var/run/netns", "/var/lib/kubelet", "/run/containerd")
-    )
+    undone += hoststate.unmount_new(before, own_mounts(layout.root))
     undone += hoststate.delete_links(before)
     undone += hoststate.restore_iptables(before)
     undone += hoststate.restore_sysctls(before)
     undone += hoststate.remove_new_paths(before)
     for item in undone:
         echo(f"[testbed] real node: undid {item}")
-    left = hoststate.differences(before, hoststate.capture())
+    left = hoststate.differences(before, hoststate.capture(), mounts_under=own_mounts(layout.root))
     for item in left:
         echo(f"[testbed] real node: host still differs: {item}")
     return left

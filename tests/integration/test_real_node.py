@@ -582,7 +582,7 @@ def test_down_after_the_kubelet_and_containerd_were_killed_still_leaves_the_host
         assert processes_named(realnode.SHIM), "the pod's shim outlives containerd"
     finally:
         assert cluster.down(state_dir)
-    assert hoststate.differences(before, hoststate.capture()) == []
+    assert hoststate.differences(before, hoststate.capture(), realnode.own_mounts(state_dir)) == []
     assert not processes_named("kubelet", "containerd", realnode.SHIM)
 
 
@@ -618,4 +618,4 @@ def test_up_takes_down_a_real_node_testbed_whose_run_was_killed(
         for d in (fresh, killed):
             if d.exists():
                 cluster.down(d)
-    assert hoststate.differences(before, hoststate.capture()) == []
+    assert hoststate.differences(before, hoststate.capture(), realnode.own_mounts(fresh, killed)) == []

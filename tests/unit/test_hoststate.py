@@ -49,3 +49,15 @@ def test_something_gone_that_was_there_is_reported_too() -> None:
 
 def test_the_capture_of_this_host_is_stable_between_two_calls() -> None:
     assert hoststate.differences(hoststate.capture(), hoststate.capture()) == []
+
+
+def test_mounts_outside_the_nodes_roots_are_not_the_testbeds_to_report() -> None:
+    """A chroot another program mounts while the testbed runs: not a leftover of ours; one under the
+    kubelet's root is."""
+    after = copy.deepcopy(record())
+    after["mounts"] += ["/tmp/someone-elses-chroot/proc", "/var/lib/kubelet/pods/x/volumes/tmpfs"]
+    roots = ("/var/lib/kubelet", "/run/containerd")
+    assert hoststate.differences(record(), after, mounts_under=roots) == [
+        "mounts: added /var/lib/kubelet/pods/x/volumes/tmpfs"
+    ]
+    assert len(hoststate.differences(record(), after)) == 2
