@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # customize-rootfs.sh <rootfs> <build-package...>: build-mpi-images.sh's mmdebstrap --customize-hook, run on the
-# host (as root) while mmdebstrap has /dev, /proc and /sys mounted in <rootfs>. Adds mpiuser, compiles pi with the
-# image's own mpicc (and jacobi, the checkpointing program), purges the compiler and MPI headers again (<build-package...>, which the bootstrap
-# included only for that), and sets up sshd/ssh the way the MPI launchers and workers use them.
+# host (as root) while mmdebstrap has /dev, /proc and /sys mounted in <rootfs>. Adds mpiuser, compiles pi and
+# jacobi with the image's own mpicc, purges the compiler and MPI headers again (<build-package...>, which the
+# bootstrap included only for that), and sets up sshd/ssh the way the MPI launchers and workers use them.
 set -euo pipefail
 root="$1"; shift
 here="$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")"

@@ -24,7 +24,7 @@
  * a stopped run from passing for a finished one (0) or a crashed one (1, or a signal). mpirun forwards SIGUSR1
  * to the ranks: OpenMPI 4.1 (orterun) and 5 (prterun) forward SIGUSR1 and SIGUSR2; MPICH's and Intel MPI's
  * hydra forward SIGUSR1 (not SIGUSR2: HYDU_set_common_signals). A signal that arrives after the last sweep is
- * ignored: the run finishes instead.
+ * ignored: the run finishes instead. Without --checkpoint-dir, SIGUSR1 stops the run (75) with nothing saved.
  *
  * Resume: at start, if DIR/checkpoint.bin exists, every rank reads its rows of it (MPI-IO) and the sweeps go
  * on from its iteration; a checkpoint of another SIZE, or past T, is an error (exit 2).
@@ -226,7 +226,10 @@ int main(int argc, char **argv)
         else { fprintf(stderr, "jacobi: unknown argument %s\n", argv[a]); exit(2); }
         a++;
     }
-    if (n < 3 || n > 46340) { fprintf(stderr, "jacobi: --size must be 3..46340\n"); exit(2); } /* n*n fits an int */
+    if (n < 3 || n > 46340) { /* 46340^2 still fits the int counts MPI takes */
+        fprintf(stderr, "jacobi: --size must be 3..46340\n");
+        exit(2);
+    }
     MPI_Init(&argc, &argv);
     struct run r;
     setup(&r, n);
