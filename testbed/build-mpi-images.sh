@@ -118,7 +118,7 @@ build() { # build <name> <hash>: bootstrap into an umoci bundle, customize, repa
     pre=(--customize-hook="bash $install_sh \"\$1\" $(printf %q "$rt_whl") $(printf %q "$devel_whl")")
     post=(--customize-hook="bash $install_sh --strip-devel \"\$1\"")
   fi
-  log "mmdebstrap $rel + $pkgs, compiling pi with ${bpkgs// /,}"
+  log "mmdebstrap $rel + $pkgs, compiling pi and jacobi with ${bpkgs// /,}"
   # The dev packages come in with the runtime ones and go again in the hook; apt (variant apt) does the purge.
   # maybe-merged-usr: /usr merged the way debootstrap does it, not by the usrmerge package, which would
   # leave perl (~50 MB) in the image.
