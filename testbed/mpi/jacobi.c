@@ -12,22 +12,24 @@
  *   defaults 256, 20000, no directory (no checkpoint, no resume, no final.bin), 0 (no periodic checkpoint), 0.
  *   --delay-ms sleeps that long after each sweep, so a test or a demonstration can signal a small run midway.
  *
- * Checkpoints (need --checkpoint-dir): after every K-th sweep, and at the first sweep boundary after any rank
- * got SIGUSR1 (the handler only sets a flag; all ranks learn of it with an MPI_Allreduce at each boundary).
- * DIR/checkpoint.bin holds the GLOBAL grid, so any rank count reads it: the 8 bytes "JACOBI01", the int64 SIZE,
- * the int64 iteration (sweeps done), then SIZE*SIZE native doubles row by row. All ranks write it with
- * MPI_File_write_at_all to DIR/checkpoint.bin.tmp; after MPI_File_sync, a close and a barrier, rank 0 renames it
- * over DIR/checkpoint.bin, so a run killed mid-write leaves the previous checkpoint whole.
+ * Checkpoints (need --checkpoint-dir): after every K-th sweep but the last (final.bin is written then), and at
+ * the first sweep boundary after any rank got SIGUSR1 (the handler only sets a flag; all ranks learn of it with
+ * an MPI_Allreduce at each boundary). DIR/checkpoint.bin holds the GLOBAL grid, so any rank count reads it:
+ * the 8 bytes "JACOBI01", the int64 SIZE, the int64 iteration (sweeps done), then SIZE*SIZE native doubles row
+ * by row. All ranks write it with MPI_File_write_at_all to DIR/checkpoint.bin.tmp; after MPI_File_sync, a close
+ * and a barrier, rank 0 renames it over DIR/checkpoint.bin, so a run killed mid-write leaves the previous
+ * checkpoint whole.
  *
  * SIGUSR1 means "checkpoint now and stop": the ranks write the checkpoint, rank 0 prints "stopped at iteration
- * I with N ranks", and every rank exits 75 (EX_TEMPFAIL: try again) after MPI_Finalize. The distinct code keeps
- * a stopped run from passing for a finished one (0) or a crashed one (1, or a signal). mpirun forwards SIGUSR1
- * to the ranks: OpenMPI 4.1 (orterun) and 5 (prterun) forward SIGUSR1 and SIGUSR2; MPICH's and Intel MPI's
- * hydra forward SIGUSR1 (not SIGUSR2: HYDU_set_common_signals). A signal that arrives after the last sweep is
- * ignored: the run finishes instead. Without --checkpoint-dir, SIGUSR1 stops the run (75) with nothing saved.
+ * I with N ranks", and every rank exits 75 (EX_TEMPFAIL: try again) after MPI_Finalize; mpirun then exits 75
+ * too. The distinct code keeps a stopped run from passing for a finished one (0) or a crashed one (1, or a
+ * signal). SIGUSR1 sent to mpirun reaches the ranks under OpenMPI 4.1 (orterun), OpenMPI 5 (prterun) and
+ * MPICH 4.2 (hydra), each checked with this program; Intel MPI's hydra is MPICH's, whose mpiexec forwards
+ * SIGUSR1 but not SIGUSR2 (HYDU_set_common_signals), hence SIGUSR1. A signal that arrives after the last sweep
+ * is ignored: the run finishes instead. Without --checkpoint-dir, SIGUSR1 stops the run (75) with nothing saved.
  *
  * Resume: at start, if DIR/checkpoint.bin exists, every rank reads its rows of it (MPI-IO) and the sweeps go
- * on from its iteration; a checkpoint of another SIZE, or past T, is an error (exit 2).
+ * on from its iteration; a checkpoint of another SIZE or length, or past T, is an error (exit 2).
  *
  * Output (rank 0, one line each): "starting at iteration I with N ranks"; "checkpoint at iteration I with N
  * ranks" per checkpoint; at the end "finished iteration T with N ranks: checksum XXXXXXXXXXXXXXXX", the 64-bit
@@ -150,9 +152,12 @@ static int64_t resume(struct run *r, const char *dir, int64_t iterations)
     MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY, MPI_INFO_NULL, &fh);
     char header[HEADER];
     int64_t fields[2];
+    MPI_Offset bytes;
+    MPI_File_get_size(fh, &bytes);
     MPI_File_read_at_all(fh, 0, header, HEADER, MPI_BYTE, MPI_STATUS_IGNORE);
     memcpy(fields, header + 8, 16);
-    int fits = memcmp(header, MAGIC, 8) == 0 && fields[0] == r->n && fields[1] >= 0 && fields[1] <= iterations;
+    int fits = bytes == HEADER + (MPI_Offset)(r->n * r->n * 8) && memcmp(header, MAGIC, 8) == 0 &&
+               fields[0] == r->n && fields[1] >= 0 && fields[1] <= iterations;
     if (fits)
         MPI_File_read_at_all(fh, HEADER + (MPI_Offset)(r->lo * r->n * 8), r->cur + r->n, (int)(r->rows * r->n),
                              MPI_DOUBLE, MPI_STATUS_IGNORE);

@@ -277,3 +277,19 @@ def test_a_run_killed_outright_resumes_from_its_last_periodic_checkpoint_to_the_
     assert code == 0 and done is not None and done[3] == reference, out
     iteration, grid = _grid(rootfs / ckpt.lstrip("/") / "final.bin")
     assert iteration == ITERATIONS and _fnv1a64(grid) == reference
+
+
+@pytest.mark.parametrize("cut", [False, True], ids=["another-size", "cut-short"])
+def test_a_checkpoint_that_does_not_fit_the_run_is_refused_not_resumed_from(
+    rootfs: Path, runs: list[Run], cut: bool
+) -> None:
+    ckpt = _fresh_dir(rootfs, "refused")
+    code, out = _start(runs, rootfs, 2, ckpt, "--checkpoint-every", str(EVERY)).finish()
+    assert code == 0, out
+    path = rootfs / ckpt.lstrip("/") / "checkpoint.bin"
+    if cut:
+        path.write_bytes(path.read_bytes()[:-8])
+    # A second --size, later on the line, wins over Run's.
+    extra = [] if cut else ["--size", str(SIZE + 1)]
+    code, out = _start(runs, rootfs, 2, ckpt, *extra).finish()
+    assert code == 2 and "is not a checkpoint of" in out and "starting at" not in out, out
