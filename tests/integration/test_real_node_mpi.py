@@ -984,10 +984,10 @@ async def _all_running(kube: Kube, job: str, workers: int) -> bool:
 
 
 # Restart mode (elasticPolicy.mode Restart) with jacobi, the testbed's checkpointing program
-# (testbed/mpi/jacobi.c): long enough at JACOBI_DELAY_MS per sweep for a scale-in and a regrow mid-run.
+# (testbed/mpi/jacobi.c), as examples/restart-from-checkpoint.yaml runs it (long enough for a scale-in and a
+# regrow mid-run); an uninterrupted run of the same sweeps, for its checksum.
 JACOBI = "/home/mpiuser/jacobi"
-JACOBI_ARGS = "--size 256 --iterations 6000 --checkpoint-every 500"
-JACOBI_DELAY_MS = 10
+JACOBI_ARGS = "--size 256 --iterations 6000"
 CHECKSUM = re.compile(r"finished iteration (\d+) with (\d+) ranks: checksum ([0-9a-f]{16})")
 STOPPED = re.compile(r"stopped at iteration (\d+) with (\d+) ranks")
 STARTING = re.compile(r"starting at iteration (\d+) with (\d+) ranks")
@@ -998,39 +998,47 @@ def _millicores(quantity: str) -> int:
     return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
 
 
-def restart_job(tb: cluster.Testbed, job: str, img: str, checkpoints: Path) -> Obj:
-    """jacobi under mpirun -n $MPIJOB_RANKS on 4 workers, two per real node (each asks 2/5 of a node's CPU,
-    so a node fits two and never a third), checkpoints on a host directory both nodes mount (as an NFS share
-    would be); the launcher on real-1."""
+EXAMPLE = repo_root() / "examples" / "restart-from-checkpoint.yaml"
+
+
+def restart_job(tb: cluster.Testbed, img: str) -> Obj:
+    """examples/restart-from-checkpoint.yaml with the image swapped, and the placement this testbed needs (its
+    kwok nodes run no process): two workers per real node, each asking 2/5 of a node's CPU so that a node fits
+    two and never a third (the regrow waits for real-2), the launcher on real-1. The spec is the example's."""
+    body: Obj = yaml.safe_load(EXAMPLE.read_text())
     nodes = realnode.node_names(REAL_NODES)
     alloc = [_millicores(json.loads(kubectl(tb, "get", "node", n, "-o", "json"))["status"]["allocatable"]["cpu"])
              for n in nodes]  # fmt: skip
-    cpu = min(alloc) * 2 // 5
-    command = (f'mpirun --allow-run-as-root -n "$MPIJOB_RANKS" {JACOBI} {JACOBI_ARGS} --checkpoint-dir /ckpt '
-               f"--delay-ms {JACOBI_DELAY_MS}")  # fmt: skip
-    volume = {"name": "ckpt", "hostPath": {"path": str(checkpoints), "type": "Directory"}}
-    body = pi_job(
-        job,
-        img,
-        command,
-        workers=4,
-        worker={
-            "readinessProbe": {"tcpSocket": {"port": 22}, "periodSeconds": 1},
-            "resources": {"requests": {"cpu": f"{cpu}m"}},
-            "volumeMounts": [{"name": "ckpt", "mountPath": "/ckpt"}],
-        },
-    )
-    body["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["volumes"] = [volume]
-    body["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["nodeSelector"] = {HOSTNAME: nodes[0]}
-    body["spec"]["elasticPolicy"] = {
-        "mode": "Restart",
-        "minReplicas": 2,
-        "maxReplicas": 4,
-        "scaleInGracePeriodSeconds": 20,
-        "restart": {"minIntervalSeconds": 10},
-        "regrow": {"maxProbes": 2, "probeTimeoutSeconds": 60, "backoffSeconds": 5, "maxBackoffSeconds": 10},
-    }
+    launcher, worker = (body["spec"]["mpiReplicaSpecs"][k]["template"]["spec"] for k in ("Launcher", "Worker"))
+    for pod in (launcher, worker):
+        pod["containers"][0]["image"] = img
+        pod["containers"][0]["imagePullPolicy"] = "Never"
+        pod["tolerations"] = ON_REAL_NODE["tolerations"]
+    worker.pop("topologySpreadConstraints")
+    worker.update(_spread(body["metadata"]["name"]))
+    worker["containers"][0]["resources"] = {"requests": {"cpu": f"{min(alloc) * 2 // 5}m"}}
+    launcher["nodeSelector"] = {HOSTNAME: nodes[0]}
     return body
+
+
+async def shared_claim(tb: cluster.Testbed, kube: Kube, name: str) -> Path:
+    """The example's ReadWriteMany claim, bound to a directory of this host that both real nodes mount (as an
+    NFS share would be)."""
+    where = tb.state_dir / "shared" / kube.ns
+    where.mkdir(parents=True, exist_ok=True)
+    volume = f"{kube.ns}-{name}"[:63]
+    await kube.client.create("/api/v1/persistentvolumes", {
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(where), "type": "Directory"},
+                 "claimRef": {"namespace": kube.ns, "name": name}},
+    })  # fmt: skip
+    await kube.create({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": volume,
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    })  # fmt: skip
+    return where
 
 
 async def test_restart_mode_shrinks_jacobi_off_a_spot_node_and_grows_it_back_from_its_checkpoints_to_the_same_grid(
@@ -1048,10 +1056,10 @@ async def test_restart_mode_shrinks_jacobi_off_a_spot_node_and_grows_it_back_fro
     failed; status and Events say both restarts."""
     tb, kube = real_testbed[0], rn_kube
     nodes = realnode.node_names(REAL_NODES)
-    job = "jacobi"
-    checkpoints = tb.state_dir / "jacobi" / kube.ns
-    checkpoints.mkdir(parents=True, exist_ok=True)
-    await kube.create(restart_job(tb, job, mpi_images["openmpi4"], checkpoints))
+    body = restart_job(tb, mpi_images["openmpi4"])
+    job = body["metadata"]["name"]
+    await shared_claim(tb, kube, "checkpoints")
+    await kube.create(body)
 
     async def run_started(number: int, hosts: int) -> re.Match[str] | None:
         log = await _launcher_log_now(kube, job)
