@@ -1033,7 +1033,7 @@ async def shared_claim(tb: cluster.Testbed, kube: Kube, name: str) -> Path:
                  "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(where), "type": "Directory"},
                  "claimRef": {"namespace": kube.ns, "name": name}},
     })  # fmt: skip
-    await kube.create({
+    await kube.client.create(f"/api/v1/namespaces/{kube.ns}/persistentvolumeclaims", {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": volume,
                  "resources": {"requests": {"storage": "1Gi"}}},
@@ -1128,3 +1128,78 @@ def _uninterrupted_checksum(tb: cluster.Testbed, kube: Kube, pod: str) -> str:
                   "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", JACOBI, *JACOBI_ARGS.split(), timeout=120)  # fmt: skip
     [(_, _, checksum)] = CHECKSUM.findall(out)
     return checksum
+
+
+@pytest.mark.sidebyside
+async def test_the_same_jacobi_job_under_the_reference_loses_its_run_with_the_spot_node(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_api: ApiClient,
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
+    mpi_images: dict[str, str],
+) -> None:
+    """The side by side for docs/results.md: the example as a reference user runs it (the reference prunes
+    elasticPolicy; `-n 4` for "$MPIJOB_RANKS"), under the reference operator built from its module, on the
+    same nodes. The spot taint on real-2 changes nothing there; when real-2's pods go (the reclaim, 20 s
+    later), mpirun loses two ranks, the launcher fails, the reference recreates the two workers and they
+    wait Pending while real-2 is away; the job has not finished after ABSENT_S. Then real-2 returns, and
+    what happens is recorded (jacobi resumes from its periodic checkpoint if the launcher still retries)."""
+    reference_built()
+    tb, kube = real_testbed[0], rn_kube
+    nodes = realnode.node_names(REAL_NODES)
+    body = restart_job(tb, mpi_images["openmpi4"])
+    del body["spec"]["elasticPolicy"]
+    launcher = body["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    launcher["command"] = [part.replace('"$MPIJOB_RANKS"', "4") for part in launcher["command"]]
+    job = body["metadata"]["name"]
+    await shared_claim(tb, kube, "checkpoints")
+    rn_operator.stop()
+    reference = Reference(tb.kubeconfig, tb.state_dir / "reference-jacobi.log")
+    absent_s = 60
+    try:
+        await put_reference_crd(kube.client)
+        with contextlib.suppress(Exception):
+            await kube.client.create("/api/v1/namespaces", {"metadata": {"name": "mpi-operator"}})
+        reference.start()
+        await kube.create(body)
+        await eventually(lambda: _jacobi_at(kube, job, 1000), within=240, interval=1, what="jacobi past 1000")
+        victims = [p["metadata"]["name"] for p in await kube.workers(job) if p["spec"].get("nodeName") == nodes[1]]
+        await taint_node(rn_api, nodes[1], SPOT_ITN_TAINT, effect="NoSchedule")
+        t0 = time.monotonic()
+        try:
+            await asyncio.sleep(20)  # the notice; then the node is reclaimed: its pods die
+            kubectl(tb, "-n", kube.ns, "delete", "pod", *victims, "--grace-period=0", "--force", "--wait=false")
+            await asyncio.sleep(absent_s)
+            obj = await kube.job(job)
+            pending = [p["metadata"]["name"] for p in await kube.workers(job) if p["status"].get("phase") == "Pending"]
+            pods = await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job},{c.LABEL_JOB_ROLE}=launcher")
+            launcher_restarts = sum(
+                s.get("restartCount", 0) for p in pods for s in (p["status"].get("containerStatuses") or [])
+            )
+            record(
+                reference_jacobi_while_real_2_away={
+                    "conditions": [k["type"] for k in (obj.get("status") or {}).get("conditions") or []
+                                   if k.get("status") == "True"],
+                    "pending_workers": pending,
+                    "launcher_pods": len(pods),
+                    "launcher_restarts": launcher_restarts,
+                }
+            )  # fmt: skip
+            assert not has_condition(obj, "Succeeded"), obj.get("status")
+        finally:
+            await untaint_node(rn_api, nodes[1], SPOT_ITN_TAINT)
+        obj = await finished(kube, job, within=300)
+        log = await _launcher_log_now(kube, job)
+        record(
+            reference_jacobi_after_real_2_returned={
+                "conditions": [k["type"] for k in (obj.get("status") or {}).get("conditions") or []
+                               if k.get("status") == "True"],
+                "taint_to_finished_s": round(time.monotonic() - t0, 1),
+                "checksum": CHECKSUM.findall(log),
+                "resumed_at": STARTING.findall(log),
+            }
+        )  # fmt: skip
+    finally:
+        reference.stop()
+        await install_crd(str(tb.kubeconfig))
+        rn_operator.start()

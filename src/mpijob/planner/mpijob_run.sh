@@ -7,9 +7,8 @@
 #
 # It runs COMMAND on the hosts the operator lists for the job and starts it again whenever that list
 # changes: a scale-in at once, a regrow when the operator lets the new workers in (restart.minIntervalSeconds).
-#   1. wait for a non-empty list, then until discover_hosts.sh prints every listed host (cluster DNS
-#      agrees), at most SETTLE_SECONDS; write the hostfile the MPI implementation reads by default
-#      ($MPIJOB_HOSTFILE) and export MPIJOB_RANKS (the sum of its slots) and MPIJOB_RUN (1, 2, ...);
+#   1. wait for a non-empty list, then until cluster DNS knows every listed host, at most SETTLE_SECONDS;
+#      write the hostfile the MPI implementation reads by default ($MPIJOB_HOSTFILE) and export MPIJOB_RANKS (the sum of its slots) and MPIJOB_RUN (1, 2, ...);
 #   2. run COMMAND; once a second compare the operator's list with the run's;
 #   3. when it differs, send $MPIJOB_RESTART_SIGNAL to every mpirun/mpiexec of this container (they forward
 #      it to the ranks: checkpoint and exit) and wait for COMMAND to end, until the soonest leaving worker's
@@ -19,10 +18,10 @@
 #      to stop is never a failure, whatever its status.
 set -u
 
-LIST=/etc/mpi-discovery/hosts
-LEAVING=/etc/mpi-discovery/leaving
-CONFIG_LIST=/etc/mpi/discovered_hosts
-DISCOVER=/etc/mpi/discover_hosts.sh
+# The files the operator's pod spec provides (overridable for tests).
+LIST=${MPIJOB_RUN_LIST:-/etc/mpi-discovery/hosts}
+LEAVING=${MPIJOB_RUN_LEAVING:-/etc/mpi-discovery/leaving}
+CONFIG_LIST=${MPIJOB_RUN_CONFIG_LIST:-/etc/mpi/discovered_hosts}
 HOSTFILE=${MPIJOB_HOSTFILE:-/etc/mpi-run/hostfile}
 FORMAT=${MPIJOB_HOSTFILE_FORMAT:-openmpi}
 SIGNAL=${MPIJOB_RESTART_SIGNAL:-USR1}
@@ -47,9 +46,14 @@ wanted() {
   grep -v '^#' "$source" 2>/dev/null | grep ':' | sort
 }
 
-# What discover_hosts.sh prints (the API's list, hosts that DNS knows), in the same order.
+# The listed hosts cluster DNS knows (`getent`, glibc's; without it every host counts), in the same order.
+# Not discover_hosts.sh: it needs python3, which an MPI image need not have.
 resolved() {
-  sh "$DISCOVER" 2>/dev/null | grep ':' | sort
+  for line in $target; do
+    if ! command -v getent >/dev/null 2>&1 || getent hosts "${line%:*}" >/dev/null 2>&1; then
+      echo "$line"
+    fi
+  done
 }
 
 # The hosts to run on: a non-empty list, every host resolved or SETTLE_SECONDS spent waiting for DNS.
