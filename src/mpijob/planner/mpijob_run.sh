@@ -91,11 +91,26 @@ write_hostfile() {
   mv "$HOSTFILE.tmp" "$HOSTFILE"
 }
 
-# Every MPI launcher process of this container (the container's own PID namespace).
+# The MPI launchers among COMMAND's descendants (found by /proc's PPid lines: a shell between us and mpirun,
+# `sh -c`, would not forward the signal).
 launchers() {
-  for dir in /proc/[0-9]*; do
-    case $(cat "$dir/comm" 2>/dev/null) in
-      mpirun | mpiexec | mpiexec.hydra | orterun | prterun) echo "${dir#/proc/}" ;;
+  family=" $child "
+  grew=1
+  while [ "$grew" -eq 1 ]; do
+    grew=0
+    for dir in /proc/[0-9]*; do
+      pid=${dir#/proc/}
+      case $family in *" $pid "*) continue ;; esac
+      ppid=""
+      while read -r key value; do
+        if [ "$key" = "PPid:" ]; then ppid=$value; break; fi
+      done <"$dir/status" 2>/dev/null
+      case $family in *" $ppid "*) family="$family$pid " grew=1 ;; esac
+    done
+  done
+  for pid in $family; do
+    case $(cat "/proc/$pid/comm" 2>/dev/null) in
+      mpirun | mpiexec | mpiexec.hydra | orterun | prterun) echo "$pid" ;;
     esac
   done
 }
