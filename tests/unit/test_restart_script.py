@@ -121,7 +121,9 @@ def test_nothing_runs_before_the_list_names_a_host_and_a_hydra_hostfile_has_host
         run.proc.kill()
 
 
-def test_a_run_that_ignores_the_signal_is_terminated_at_the_deadline(tmp_path: Path, localhost_names: list[str]) -> None:
+def test_a_run_that_ignores_the_signal_is_terminated_at_the_deadline(
+    tmp_path: Path, localhost_names: list[str]
+) -> None:
     run = Supervised(tmp_path, STEPS="30", MPIJOB_RESTART_SIGNAL="SIGUSR2", MPIJOB_GRACE_SECONDS="5", IGNORE="USR2")
     try:
         run.list.write_text(_listing(*localhost_names))
