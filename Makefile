@@ -57,7 +57,7 @@ demo: system-deps $(STAMP) testbed
 	$(BIN)/mpijob-testbed demo
 
 # The shell scripts shellcheck keeps clean (Debian package shellcheck, testbed/system-packages.txt).
-SHELLCHECKED := src/mpijob/planner/discover_hosts.sh
+SHELLCHECKED := src/mpijob/planner/discover_hosts.sh src/mpijob/planner/mpijob_run.sh
 
 lint: $(STAMP)
 	shellcheck $(SHELLCHECKED)

@@ -7,7 +7,8 @@
 #   intelmpi  Debian 13 trixie, Intel MPI 2021.13 from PyPI's impi-rt wheel (impi-devel to compile pi), in
 #             /opt/intel/mpi with the libfabric it bundles; the reference's Intel image has
 #             intel-oneapi-mpi-2021.13 from Intel's apt repository. Details: testbed/mpi/intel/install.sh.
-# Each has /home/mpiuser/pi (testbed/mpi/pi.c, compiled in the image against its MPI), openssh-server/client
+# Each has /home/mpiuser/pi (testbed/mpi/pi.c, compiled in the image against its MPI) and /home/mpiuser/jacobi
+# (testbed/mpi/jacobi.c, the checkpointing program that resumes on any rank count), openssh-server/client
 # on port 2222 for root's sshd (the default command, `/usr/sbin/sshd -De`) and for mpiuser's
 # (`/usr/sbin/sshd -De -f /home/mpiuser/.sshd_config`), user mpiuser (uid/gid 1000), procps, and
 # /usr/local/bin/mpi-wait-hosts for a launcher to wait for its workers' DNS names (`mpi-wait-hosts && mpirun ...`;
@@ -31,8 +32,8 @@ declare -A release=([openmpi4]=bookworm [openmpi5]=trixie [mpich]=trixie [intelm
 # Trixie's openssh-server needs a sysusers provider: the standalone one, not all of systemd.
 declare -A mpi_pkgs=([openmpi4]=openmpi-bin [openmpi5]=openmpi-bin,systemd-standalone-sysusers [mpich]=mpich
   [intelmpi]=systemd-standalone-sysusers)
-# Only for compiling pi; customize-rootfs.sh purges them (with what they pulled in) before packing. Intel's
-# mpicc drives gcc; libc6-dev is only a recommendation of gcc, which the bootstrap does not install.
+# Only for compiling pi and jacobi; customize-rootfs.sh purges them (with what they pulled in) before packing.
+# Intel's mpicc drives gcc; libc6-dev is only a recommendation of gcc, which the bootstrap does not install.
 declare -A build_pkgs=([openmpi4]="libopenmpi-dev gcc" [openmpi5]="libopenmpi-dev gcc" [mpich]="libmpich-dev gcc"
   [intelmpi]="gcc libc6-dev")
 common_pkgs="openssh-server,openssh-client,procps,passwd"
@@ -117,7 +118,7 @@ build() { # build <name> <hash>: bootstrap into an umoci bundle, customize, repa
     pre=(--customize-hook="bash $install_sh \"\$1\" $(printf %q "$rt_whl") $(printf %q "$devel_whl")")
     post=(--customize-hook="bash $install_sh --strip-devel \"\$1\"")
   fi
-  log "mmdebstrap $rel + $pkgs, compiling pi with ${bpkgs// /,}"
+  log "mmdebstrap $rel + $pkgs, compiling pi and jacobi with ${bpkgs// /,}"
   # The dev packages come in with the runtime ones and go again in the hook; apt (variant apt) does the purge.
   # maybe-merged-usr: /usr merged the way debootstrap does it, not by the usrmerge package, which would
   # leave perl (~50 MB) in the image.

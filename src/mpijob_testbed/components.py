@@ -43,6 +43,8 @@ CONTROLLERS = (
     "replicaset-controller",
     "deployment-controller",
     "statefulset-controller",
+    # Binds PersistentVolumeClaims (a ReadWriteMany claim for checkpoints, examples/restart-from-checkpoint.yaml).
+    "persistentvolume-binder-controller",
 )
 
 # Client certificate identities. The controller manager and scheduler get their standard users, whose

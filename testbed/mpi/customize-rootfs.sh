@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # customize-rootfs.sh <rootfs> <build-package...>: build-mpi-images.sh's mmdebstrap --customize-hook, run on the
-# host (as root) while mmdebstrap has /dev, /proc and /sys mounted in <rootfs>. Adds mpiuser, compiles pi with the
-# image's own mpicc, purges the compiler and MPI headers again (<build-package...>, which the bootstrap
-# included only for that), and sets up sshd/ssh the way the MPI launchers and workers use them.
+# host (as root) while mmdebstrap has /dev, /proc and /sys mounted in <rootfs>. Adds mpiuser, compiles pi and
+# jacobi with the image's own mpicc, purges the compiler and MPI headers again (<build-package...>, which the
+# bootstrap included only for that), and sets up sshd/ssh the way the MPI launchers and workers use them.
 set -euo pipefail
 root="$1"; shift
 here="$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")"
@@ -14,18 +14,27 @@ in_root groupadd --gid 1000 mpiuser
 in_root useradd --uid 1000 --gid 1000 --create-home --shell /bin/bash mpiuser
 chmod 0755 "$root/home/mpiuser" # trixie's useradd makes homes 0700; pi in it must be reachable by any uid
 
-# pi, linked against this root filesystem's MPI; root-owned so a job cannot replace it, runnable by anyone.
-install -m 0644 "$here/pi.c" "$root/tmp/pi.c"
-in_root mpicc -O2 -o /home/mpiuser/pi /tmp/pi.c
-rm "$root/tmp/pi.c"
-chmod 0755 "$root/home/mpiuser/pi"
+# pi and jacobi, linked against this root filesystem's MPI; root-owned so a job cannot replace them, runnable
+# by anyone. jacobi is C99 and warning-free with every image's compiler and mpi.h: -Werror keeps it so.
+declare -A cflags=([pi]="-O2" [jacobi]="-std=c99 -Wall -Werror -O2")
+for prog in pi jacobi; do
+  install -m 0644 "$here/$prog.c" "$root/tmp/$prog.c"
+  # shellcheck disable=SC2086 # the flags are words
+  in_root mpicc ${cflags[$prog]} -o "/home/mpiuser/$prog" "/tmp/$prog.c"
+  rm "$root/tmp/$prog.c"
+  chmod 0755 "$root/home/mpiuser/$prog"
+done
 # Not keeping what is merely recommended or suggested (e.g. perl, by adduser): the bootstrap installs no
 # recommends either, so what stays is what the image's packages depend on.
 in_root env DEBIAN_FRONTEND=noninteractive apt-get purge -qq -y --autoremove \
   -o APT::AutoRemove::RecommendsImportant=false -o APT::AutoRemove::SuggestsImportant=false "$@" >/dev/null
 in_root apt-get clean
-# The purge must not have taken a library pi needs (the MPI runtime packages are installed as manual ones).
-if in_root ldd /home/mpiuser/pi | grep 'not found'; then echo "customize-rootfs.sh: pi lost a library" >&2; exit 1; fi
+# The purge must not have taken a library they need (the MPI runtime packages are installed as manual ones).
+for prog in pi jacobi; do
+  if in_root ldd "/home/mpiuser/$prog" | grep 'not found'; then
+    echo "customize-rootfs.sh: $prog lost a library" >&2; exit 1
+  fi
+done
 
 # sshd as root (the image's default command) and the ssh client: see the two files for why.
 install -m 0644 "$here/sshd.conf" "$root/etc/ssh/sshd_config.d/mpi.conf"

@@ -32,6 +32,7 @@ import reference_operator
 import yaml
 from cannot_run import cannot_run
 from kube import API_VERSION, Kube, eventually, has_condition, job_has, mpijob, operator_caught_up
+from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess
 from previous_version import PREVIOUS_SOURCE  # the source of the image a `helm upgrade` starts from
 from real_node import ON_REAL_NODE, kubectl, record
@@ -47,7 +48,7 @@ from reference_operator import Reference, put_reference_crd, reference_built
 
 from mpijob.api import constants as c
 from mpijob.cli.operator import install_crd
-from mpijob_testbed import cluster, extras, realnode
+from mpijob_testbed import SPOT_ITN_TAINT, cluster, extras, realnode, taint_node, untaint_node
 from mpijob_testbed.errors import TestbedError
 from mpijob_testbed.load import load
 from mpijob_testbed.nodes import spread_over
@@ -980,3 +981,225 @@ async def test_a_helm_upgrade_to_another_image_disturbs_no_running_job_and_the_n
 async def _all_running(kube: Kube, job: str, workers: int) -> bool:
     pods = [p for p in await kube.workers(job) if p["status"].get("phase") == "Running"]
     return len(pods) == workers
+
+
+# Restart mode (elasticPolicy.mode Restart) with jacobi, the testbed's checkpointing program
+# (testbed/mpi/jacobi.c), as examples/restart-from-checkpoint.yaml runs it (long enough for a scale-in and a
+# regrow mid-run); an uninterrupted run of the same sweeps, for its checksum.
+JACOBI = "/home/mpiuser/jacobi"
+JACOBI_ARGS = "--size 256 --iterations 6000"
+CHECKSUM = re.compile(r"finished iteration (\d+) with (\d+) ranks: checksum ([0-9a-f]{16})")
+STOPPED = re.compile(r"stopped at iteration (\d+) with (\d+) ranks")
+STARTING = re.compile(r"starting at iteration (\d+) with (\d+) ranks")
+RUN = re.compile(r"mpijob-run: run (\d+) on (\d+) hosts, (\d+) ranks")
+
+
+def _millicores(quantity: str) -> int:
+    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
+
+
+EXAMPLE = repo_root() / "examples" / "restart-from-checkpoint.yaml"
+
+
+def restart_job(tb: cluster.Testbed, img: str) -> Obj:
+    """examples/restart-from-checkpoint.yaml with the image swapped, and the placement this testbed needs (its
+    kwok nodes run no process): two workers per real node, each asking 2/5 of a node's CPU so that a node fits
+    two and never a third (the regrow waits for real-2), the launcher on real-1. The spec is the example's."""
+    body: Obj = yaml.safe_load(EXAMPLE.read_text())
+    nodes = realnode.node_names(REAL_NODES)
+    alloc = [_millicores(json.loads(kubectl(tb, "get", "node", n, "-o", "json"))["status"]["allocatable"]["cpu"])
+             for n in nodes]  # fmt: skip
+    launcher, worker = (body["spec"]["mpiReplicaSpecs"][k]["template"]["spec"] for k in ("Launcher", "Worker"))
+    for pod in (launcher, worker):
+        pod["containers"][0]["image"] = img
+        pod["containers"][0]["imagePullPolicy"] = "Never"
+        pod["tolerations"] = ON_REAL_NODE["tolerations"]
+    worker.pop("topologySpreadConstraints")
+    worker.update(_spread(body["metadata"]["name"]))
+    worker["containers"][0]["resources"] = {"requests": {"cpu": f"{min(alloc) * 2 // 5}m"}}
+    launcher["nodeSelector"] = {HOSTNAME: nodes[0]}
+    return body
+
+
+async def shared_claim(tb: cluster.Testbed, kube: Kube, name: str) -> Path:
+    """The example's ReadWriteMany claim, bound to a directory of this host that both real nodes mount (as an
+    NFS share would be)."""
+    where = tb.state_dir / "shared" / kube.ns
+    where.mkdir(parents=True, exist_ok=True)
+    volume = f"{kube.ns}-{name}"[:63]
+    await kube.client.create("/api/v1/persistentvolumes", {
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": volume},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(where), "type": "Directory"},
+                 "claimRef": {"namespace": kube.ns, "name": name}},
+    })  # fmt: skip
+    await kube.client.create(f"/api/v1/namespaces/{kube.ns}/persistentvolumeclaims", {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": volume,
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    })  # fmt: skip
+    return where
+
+
+async def test_restart_mode_shrinks_jacobi_off_a_spot_node_and_grows_it_back_from_its_checkpoints_to_the_same_grid(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_api: ApiClient,
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
+    mpi_images: dict[str, str],
+) -> None:
+    """An MPI program that cannot change size while running (jacobi) in Restart mode on 4 workers over both
+    real nodes. real-2 gets the spot taint mid-run: its two workers leave the list, mpirun gets SIGUSR1, the
+    ranks checkpoint and stop, and the run starts again on real-1's two workers from that checkpoint. real-2
+    comes back: the regrow's workers bind there and, past restart.minIntervalSeconds, the run restarts on 4
+    from a fresh checkpoint. The job Succeeds with the checksum of an uninterrupted run; the launcher never
+    failed; status and Events say both restarts."""
+    tb, kube = real_testbed[0], rn_kube
+    nodes = realnode.node_names(REAL_NODES)
+    body = restart_job(tb, mpi_images["openmpi4"])
+    job = body["metadata"]["name"]
+    await shared_claim(tb, kube, "checkpoints")
+    await kube.create(body)
+
+    async def run_started(number: int, hosts: int) -> re.Match[str] | None:
+        log = await _launcher_log_now(kube, job)
+        return next((m for m in RUN.finditer(log) if m.groups()[:2] == (str(number), str(hosts))), None)
+
+    await eventually(lambda: run_started(1, 4), within=180, interval=1, what="run 1 on 4 hosts")
+    workers = await kube.workers(job)
+    victims = sorted(p["metadata"]["name"] for p in workers if p["spec"].get("nodeName") == nodes[1])
+    keeper = next(p["metadata"]["name"] for p in workers if p["spec"].get("nodeName") == nodes[0])
+    uninterrupted = _uninterrupted_checksum(tb, kube, keeper)
+    await eventually(lambda: _jacobi_at(kube, job, 1000), within=60, interval=1, what="jacobi past iteration 1000")
+    assert len(victims) == 2, victims
+    t0 = time.monotonic()
+    await taint_node(rn_api, nodes[1], SPOT_ITN_TAINT, effect="NoSchedule")
+    try:
+        await eventually(lambda: run_started(2, 2), within=60, interval=0.5, what="run 2 on real-1's 2 workers")
+        record(restart_mode_spot_taint_to_run_on_2_s=round(time.monotonic() - t0, 1))
+    finally:
+        await untaint_node(rn_api, nodes[1], SPOT_ITN_TAINT)
+    t1 = time.monotonic()
+    await eventually(lambda: run_started(3, 4), within=150, interval=1, what="run 3 on 4 workers after the regrow")
+    record(restart_mode_untaint_to_run_on_4_s=round(time.monotonic() - t1, 1))
+    obj = await finished(kube, job, within=240)
+    log = await _launcher_log_now(kube, job)
+    assert has_condition(obj, "Succeeded"), (obj.get("status"), log[-4000:])
+
+    # Each stop was a checkpoint the next run resumed from, on the new size.
+    stops = [(int(i), int(n)) for i, n in STOPPED.findall(log)]
+    starts = [(int(i), int(n)) for i, n in STARTING.findall(log)]
+    assert [n for _, n in stops] == [4, 2] and [n for _, n in starts] == [4, 2, 4], log
+    assert starts[1][0] == stops[0][0] and starts[2][0] == stops[1][0], (stops, starts)
+    assert "run 1 stopped (status 75)" in log and "run 2 stopped (status 75)" in log, log
+    [(iterations, ranks, checksum)] = CHECKSUM.findall(log)
+    assert (iterations, ranks) == ("6000", "4"), log
+    assert checksum == uninterrupted, "the grid differs from an uninterrupted run's"
+
+    # Not one launcher failure: the same launcher pod, never restarted; status and Events name both restarts.
+    [launcher] = await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job},{c.LABEL_JOB_ROLE}=launcher")
+    assert launcher["status"]["containerStatuses"][0]["restartCount"] == 0, launcher["status"]
+    restarts = obj["status"]["restarts"]
+    assert restarts["count"] == 2 and restarts["lastCause"] == "regrow" and restarts["lastWorkers"] == 4, restarts
+    said = [e["message"] for e in await kube.events(job) if e.get("reason") == "Restarted"]
+    assert any(m.startswith("scale-in: the MPI run restarts on 2 workers") for m in said), said
+    assert any(m.startswith("regrow: the MPI run restarts on 4 workers") for m in said), said
+    # The leaving workers were out of the run's hostfile before their pods went: run 2 listed neither.
+    assert not any(v in line for v in victims for line in log.splitlines() if "run 2 on" in line)
+
+
+async def _launcher_log_now(kube: Kube, job: str) -> str:
+    pods = await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job},{c.LABEL_JOB_ROLE}=launcher")
+    if not pods:
+        return ""
+    return (await kube_logs(kube, pods[0]["metadata"]["name"]))[1]
+
+
+async def _jacobi_at(kube: Kube, job: str, iteration: int) -> bool:
+    """jacobi's last checkpoint line is at `iteration` or beyond."""
+    done = [int(i) for i in re.findall(r"checkpoint at iteration (\d+)", await _launcher_log_now(kube, job))]
+    return bool(done) and max(done) >= iteration
+
+
+def _uninterrupted_checksum(tb: cluster.Testbed, kube: Kube, pod: str) -> str:
+    """jacobi with the same arguments, one rank, no delay, no checkpoint, in a worker of the job (the program's
+    own image): the checksum an uninterrupted run ends with."""
+    out = kubectl(tb, "-n", kube.ns, "exec", pod, "--", "env", "OMPI_ALLOW_RUN_AS_ROOT=1",
+                  "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", JACOBI, *JACOBI_ARGS.split(), timeout=120)  # fmt: skip
+    [(_, _, checksum)] = CHECKSUM.findall(out)
+    return checksum
+
+
+@pytest.mark.sidebyside
+async def test_the_same_jacobi_job_under_the_reference_loses_its_run_with_the_spot_node(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_api: ApiClient,
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
+    mpi_images: dict[str, str],
+) -> None:
+    """The side by side for docs/results.md: the example as a reference user runs it (the reference prunes
+    elasticPolicy; `-n 4` for "$MPIJOB_RANKS"), under the reference operator built from its module, on the
+    same nodes. The spot taint on real-2 changes nothing there; when real-2's pods go (the reclaim, 20 s
+    later), mpirun loses two ranks, the launcher fails, the reference recreates the two workers and they
+    wait Pending while real-2 is away; the job has not finished after ABSENT_S. Then real-2 returns, and
+    what happens is recorded (jacobi resumes from its periodic checkpoint if the launcher still retries)."""
+    reference_built()
+    tb, kube = real_testbed[0], rn_kube
+    nodes = realnode.node_names(REAL_NODES)
+    body = restart_job(tb, mpi_images["openmpi4"])
+    del body["spec"]["elasticPolicy"]
+    launcher = body["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    launcher["command"] = [part.replace('"$MPIJOB_RANKS"', "4") for part in launcher["command"]]
+    job = body["metadata"]["name"]
+    await shared_claim(tb, kube, "checkpoints")
+    rn_operator.stop()
+    reference = Reference(tb.kubeconfig, tb.state_dir / "reference-jacobi.log")
+    absent_s = 60
+    try:
+        await put_reference_crd(kube.client)
+        with contextlib.suppress(Exception):
+            await kube.client.create("/api/v1/namespaces", {"metadata": {"name": "mpi-operator"}})
+        reference.start()
+        await kube.create(body)
+        await eventually(lambda: _jacobi_at(kube, job, 1000), within=240, interval=1, what="jacobi past 1000")
+        victims = [p["metadata"]["name"] for p in await kube.workers(job) if p["spec"].get("nodeName") == nodes[1]]
+        await taint_node(rn_api, nodes[1], SPOT_ITN_TAINT, effect="NoSchedule")
+        t0 = time.monotonic()
+        try:
+            await asyncio.sleep(20)  # the notice; then the node is reclaimed: its pods die
+            kubectl(tb, "-n", kube.ns, "delete", "pod", *victims, "--grace-period=0", "--force", "--wait=false")
+            await asyncio.sleep(absent_s)
+            obj = await kube.job(job)
+            pending = [p["metadata"]["name"] for p in await kube.workers(job) if p["status"].get("phase") == "Pending"]
+            pods = await kube.list("v1", "Pod", f"{c.LABEL_JOB_NAME}={job},{c.LABEL_JOB_ROLE}=launcher")
+            launcher_restarts = sum(
+                s.get("restartCount", 0) for p in pods for s in (p["status"].get("containerStatuses") or [])
+            )
+            record(
+                reference_jacobi_while_real_2_away={
+                    "conditions": [k["type"] for k in (obj.get("status") or {}).get("conditions") or []
+                                   if k.get("status") == "True"],
+                    "pending_workers": pending,
+                    "launcher_pods": len(pods),
+                    "launcher_restarts": launcher_restarts,
+                }
+            )  # fmt: skip
+            assert not has_condition(obj, "Succeeded"), obj.get("status")
+        finally:
+            await untaint_node(rn_api, nodes[1], SPOT_ITN_TAINT)
+        obj = await finished(kube, job, within=300)
+        log = await _launcher_log_now(kube, job)
+        record(
+            reference_jacobi_after_real_2_returned={
+                "conditions": [k["type"] for k in (obj.get("status") or {}).get("conditions") or []
+                               if k.get("status") == "True"],
+                "taint_to_finished_s": round(time.monotonic() - t0, 1),
+                "checksum": CHECKSUM.findall(log),
+                "resumed_at": STARTING.findall(log),
+            }
+        )  # fmt: skip
+    finally:
+        reference.stop()
+        await install_crd(str(tb.kubeconfig))
+        rn_operator.start()

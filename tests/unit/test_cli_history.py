@@ -142,3 +142,23 @@ def test_a_new_jobs_workers_are_read_from_its_mpijobcreated_event_and_a_bare_one
     ]
     [entry] = history(job, events, [])
     assert (entry.kind, entry.workers) == ("grow", ("pi-worker-0", "pi-worker-1"))
+
+
+def test_a_restart_mode_jobs_restarts_show_with_the_workers_that_left() -> None:
+    world = World(placement=["node-1", "node-2"])
+    world.add_nodes("node-1", "node-2")
+    policy = {**elastic(2, 4, grace=0), "mode": "Restart"}
+    job = mpijob(workers=4, elastic_policy=policy)
+    job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"] = ["mpirun"]
+    world.add(job)
+    world.settle("pi")
+    world.start_launcher("pi")
+    world.settle("pi")
+    on_node_2 = sorted(n for n in world.worker_names("pi") if world.pod(n)["spec"]["nodeName"] == "node-2")
+    world.placement = ["node-1"]
+    world.taint("node-2", SPOT_TAINT)
+    world.settle("pi", follow_requeue=False)
+    job = world.job("pi")
+    [restart] = [e for e in history(job, _as_events(world, job), world.pods()) if e.kind == "restart"]
+    assert restart.reason == "Restarted" and sorted(restart.workers) == on_node_2
+    assert restart.message.startswith("scale-in: the MPI run restarts on 2 workers")

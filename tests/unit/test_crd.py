@@ -151,8 +151,12 @@ def test_elastic_policy_schema_has_the_user_facing_names() -> None:
         "indexPolicy",
         "hostDiscovery",
         "regrow",
+        "mode",
+        "restart",
     }
     assert ep["hostDiscovery"]["enum"] == ["API", "File"]
+    assert ep["mode"]["enum"] == ["InPlace", "Restart"] and ep["mode"]["default"] == "InPlace"
+    assert ep["restart"]["properties"]["signal"]["enum"] == ["SIGUSR1", "SIGUSR2", "SIGINT", "SIGTERM"]
     assert ep["minReplicas"]["minimum"] == 1
     assert ep["nodeTerminationPolicy"]["enum"] == ["ScaleIn", "Replace", "Ignore"]
     assert ep["nodeTerminationPolicy"]["default"] == "ScaleIn"

@@ -56,6 +56,10 @@ ANNOTATION_DISCOVERED_HOSTS = "mpijob.kubeflow.org/discovered-hosts"
 DISCOVERY_MOUNT_PATH = "/etc/mpi-discovery"
 DISCOVERY_FILE = "hosts"
 SERVICE_ACCOUNT_MOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+# elasticPolicy.mode Restart: the launcher's command runs under this script (ConfigMap key, mounted under
+# CONFIG_MOUNT_PATH), which writes the hostfile of each run into an emptyDir at RUN_MOUNT_PATH.
+RUN_SCRIPT_KEY = "mpijob-run"
+RUN_MOUNT_PATH = "/etc/mpi-run"
 
 # Taints that clouds and their termination handlers put on a node that is about to go away.
 DEFAULT_TERMINATION_TAINTS: tuple[str, ...] = (

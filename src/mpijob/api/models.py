@@ -68,6 +68,18 @@ class HostDiscovery(StrEnum):
     FILE = "File"
 
 
+class ElasticMode(StrEnum):
+    IN_PLACE = "InPlace"
+    RESTART = "Restart"
+
+
+class RestartSignal(StrEnum):
+    SIGUSR1 = "SIGUSR1"
+    SIGUSR2 = "SIGUSR2"
+    SIGINT = "SIGINT"
+    SIGTERM = "SIGTERM"
+
+
 class ReplicaType(StrEnum):
     LAUNCHER = "Launcher"
     WORKER = "Worker"
@@ -189,6 +201,25 @@ class RegrowPolicy(_Model):
     )
 
 
+class RestartOptions(_Model):
+    """How a Restart-mode job's MPI run is stopped and started again (docs/elastic.md, "Elastic without
+    Horovod")."""
+
+    signal: RestartSignal = Field(
+        default=RestartSignal.SIGUSR1,
+        description="Sent to mpirun (which forwards it to the ranks) when the host set changes: checkpoint and "
+        "exit. SIGUSR1 is forwarded by OpenMPI 4.1 and 5, MPICH and Intel MPI.",
+    )
+    min_interval_seconds: int = Field(
+        default=300,
+        alias="minIntervalSeconds",
+        ge=0,
+        le=86400,
+        description="A regrow restarts the run at most this often (since the last restart, or the job's start). "
+        "A scale-in restarts it at once.",
+    )
+
+
 class ElasticPolicy(_Model):
     """Makes the job elastic: targeted scale-in, node-termination reaction and graceful discovery."""
 
@@ -238,6 +269,14 @@ class ElasticPolicy(_Model):
         default=None,
         description="Growing back after node losses (ScaleIn): on by default; set enabled: false to turn it off.",
     )
+    mode: ElasticMode = Field(
+        default=ElasticMode.IN_PLACE,
+        description="InPlace: the launcher's program follows the host list while it runs (elastic Horovod). "
+        "Restart: the operator runs the launcher's command under /etc/mpi/mpijob-run, which stops the MPI run "
+        "(restart.signal, until the deadline) when the host list changes and starts it again on the new hosts; "
+        "the program resumes from its own checkpoint. Needs the launcher container's command.",
+    )
+    restart: RestartOptions | None = Field(default=None, description="Restart mode's settings.")
 
 
 class MPIJobSpec(_Model):
@@ -330,6 +369,15 @@ class RegrowStatus(_Model):
     message: str | None = None
 
 
+class RestartStatus(_Model):
+    """The MPI runs of a Restart-mode job restarted by the operator (never counted against backoffLimit)."""
+
+    count: int = Field(default=0, ge=0, description="Restarts so far.")
+    last_cause: str | None = Field(default=None, alias="lastCause", description="scale-in or regrow.")
+    last_workers: int | None = Field(default=None, alias="lastWorkers", ge=0, description="Workers of the new run.")
+    last_time: str | None = Field(default=None, alias="lastTime", description="When the last restart was asked.")
+
+
 class JobStatus(_Model):
     conditions: list[JobCondition] = Field(
         default_factory=list,
@@ -364,6 +412,9 @@ class JobStatus(_Model):
     )
     regrow: RegrowStatus | None = Field(
         default=None, description="Growing back to the target size after node losses (elastic ScaleIn jobs)."
+    )
+    restarts: RestartStatus | None = Field(
+        default=None, description="Restarts of the MPI run (elasticPolicy.mode Restart)."
     )
     ssh_secret_uid: str | None = Field(
         default=None,

@@ -1,8 +1,8 @@
 """`mpijob history JOB` (and `kubectl mpijob history JOB`): when an elastic job shrank or grew, why, and which
 workers, read from what the operator already records: its Events on the MPIJob (NodeTerminating,
 WorkersDisrupted, WorkersLeaving, WorkerLost, WorkerRemoved, FloorHeld, the worker pods it created and
-deleted, the regrow Events), the BelowMinReplicas condition's transitions, and the leaving-since/reason
-annotations of workers still in their grace period. Nothing is inferred that was not written down.
+deleted, the regrow Events, Restarted in Restart mode), the BelowMinReplicas condition's transitions, and the
+leaving-since/reason annotations of workers still in their grace period. Nothing is inferred that was not written down.
 
 Events live as long as the API server keeps them (`--event-ttl`, 1 h by default): older history is gone.
 """
@@ -37,6 +37,8 @@ KINDS = {
     "RegrowProbe": "regrow",
     "RegrowBackoff": "regrow",
     "Regrown": "grow",
+    # Restart mode: the MPI run restarted on the new host set (planner/restart.py).
+    "Restarted": "restart",
 }
 # "node X is terminating (taint K)", "are being disrupted (DisruptionTarget: ...)", "left discovery (scale-down)"
 _SIGNAL = re.compile(r"(?:is terminating|being disrupted|left discovery) \(([^)]*)\)")

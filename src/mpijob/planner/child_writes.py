@@ -13,7 +13,7 @@ from typing import Any
 from mpijob.api import constants
 from mpijob.api.models import JobStatus, LauncherCreationPolicy
 from mpijob.api.objects import FINISHED_PHASES
-from mpijob.planner import children, discovery, podgroups
+from mpijob.planner import children, discovery, podgroups, restart
 from mpijob.planner import status as conditions
 from mpijob.planner.actions import Create, Delete, Emit, Patch
 from mpijob.planner.draft import PlanContext, changed_keys, merge_patch_to
@@ -106,6 +106,8 @@ def ensure_config_map(ctx: PlanContext, decided: WorkerPlan) -> str:
         constants.DISCOVER_HOSTS_KEY: script,
         constants.DISCOVERED_HOSTS_KEY: listed,
     }
+    if restart.applies(ctx.spec.elastic_policy):
+        data[constants.RUN_SCRIPT_KEY] = restart.RUN_SCRIPT
     owned = ctx.owned_or_conflict(current, "ConfigMap", name)
     if owned is None:
         ctx.draft.discovery.append(ctx.creation(children.config_map(ctx.job, data)))
@@ -123,7 +125,23 @@ def ensure_config_map(ctx: PlanContext, decided: WorkerPlan) -> str:
         if _drops_hosts(discovery.listed_hosts(current.get("data") or {}), listed):
             ctx.draft.dropping_hosts.append(patch)
     ctx.draft.new_status.discovered_hosts = list(decided.discovery_names)
+    if restart.applies(ctx.spec.elastic_policy):
+        _note_restart(ctx, decided)
     return listed
+
+
+def _note_restart(ctx: PlanContext, decided: WorkerPlan) -> None:
+    """Restart mode: a change of the list while the launcher runs restarts the MPI run (restart.py). Read
+    against the last status write's list, so a pass cut short after the discovery writes (urgent first)
+    still counts it at the status write that follows."""
+    running = any(pod_phase(p) == "Running" and not is_terminating(p) for p in ctx.launcher_pods)
+    previous = ctx.snapshot.last_status.status
+    restarts, event = restart.note_restart(
+        previous, previous.discovered_hosts, decided.discovery_names, running, ctx.now
+    )
+    ctx.draft.new_status.restarts = restarts
+    if event is not None:
+        ctx.draft.status_events.append(event)
 
 
 def nudge_launcher(ctx: PlanContext, listed: str, leaving: str | None = None) -> None:

@@ -6,7 +6,15 @@ import copy
 from typing import Any
 
 from mpijob.api import constants
-from mpijob.api.models import API_VERSION, KIND, MPIImplementation, MPIJobSpec, RestartPolicy
+from mpijob.api.models import (
+    API_VERSION,
+    KIND,
+    ElasticMode,
+    MPIImplementation,
+    MPIJobSpec,
+    RestartOptions,
+    RestartPolicy,
+)
 from mpijob.planner.hostfile import host_fqdn
 from mpijob.planner.snapshot import Obj, meta, name_of, uid_of
 
@@ -157,8 +165,15 @@ def _annotation_volume(name: str, mount_path: str, files: dict[str, str]) -> tup
     return {"name": name, "downwardAPI": {"items": items}}, {"name": name, "mountPath": mount_path, "readOnly": True}
 
 
+def restart_mode(spec: MPIJobSpec) -> bool:
+    policy = spec.elastic_policy
+    return policy is not None and policy.mode is ElasticMode.RESTART
+
+
 def _implementation_env(spec: MPIJobSpec) -> list[Obj]:
-    hostfile = f"{constants.CONFIG_MOUNT_PATH}/{constants.HOSTFILE_KEY}"
+    # Restart mode: each run's hostfile, written by mpijob-run (the ConfigMap's lists every worker).
+    folder = constants.RUN_MOUNT_PATH if restart_mode(spec) else constants.CONFIG_MOUNT_PATH
+    hostfile = f"{folder}/{constants.HOSTFILE_KEY}"
     ssh_args = "-o ConnectionAttempts=10"
     impl = spec.mpi_implementation
     if impl is MPIImplementation.OPENMPI:
@@ -219,6 +234,27 @@ def user_service_account(spec: MPIJobSpec) -> str | None:
     return str(name) if name else None
 
 
+def _restart_parts(spec: MPIJobSpec, pod_spec: Obj) -> tuple[list[Obj], list[Obj], list[Obj]]:
+    """Restart mode: the launcher container's command under mpijob-run (validated present by plan.validate),
+    an emptyDir for the hostfile of each run, and the script's settings. Returns (volumes, mounts, env)."""
+    policy = spec.elastic_policy
+    assert policy is not None
+    options = policy.restart or RestartOptions()
+    container = (pod_spec.get("containers") or [{}])[0]
+    command = [*(container.get("command") or []), *(container.get("args") or [])]
+    container["command"] = ["/bin/sh", f"{constants.CONFIG_MOUNT_PATH}/{constants.RUN_SCRIPT_KEY}", "--", *command]
+    container.pop("args", None)
+    hydra = spec.mpi_implementation is not MPIImplementation.OPENMPI
+    env = [
+        {"name": "MPIJOB_HOSTFILE", "value": f"{constants.RUN_MOUNT_PATH}/{constants.HOSTFILE_KEY}"},
+        {"name": "MPIJOB_HOSTFILE_FORMAT", "value": "hydra" if hydra else "openmpi"},
+        {"name": "MPIJOB_RESTART_SIGNAL", "value": options.signal.value},
+        {"name": "MPIJOB_GRACE_SECONDS", "value": str(policy.scale_in_grace_period_seconds)},
+    ]
+    volume = {"name": "mpi-job-run", "emptyDir": {}}
+    return [volume], [{"name": "mpi-job-run", "mountPath": constants.RUN_MOUNT_PATH}], env
+
+
 def launcher_job(job: Obj, spec: MPIJobSpec, *, discovery_account: str | None = None) -> Obj:
     """The launcher Job. An elastic launcher also gets the projected discovery list (a downwardAPI volume of
     its pod's annotation) and, with `discovery_account`, runs as that ServiceAccount (ours; never replaces
@@ -238,19 +274,22 @@ def launcher_job(job: Obj, spec: MPIJobSpec, *, discovery_account: str | None = 
     if discovery_account and not user_service_account(spec):
         pod_spec["serviceAccountName"] = discovery_account
     ssh_volume, ssh_mount = _ssh_volume(name, spec.ssh_auth_mount_path, pod_spec)
-    config_volume = {
-        "name": "mpi-job-config",
-        "configMap": {
-            "name": constants.config_map_name(name),
-            "items": [
-                {"key": constants.HOSTFILE_KEY, "path": constants.HOSTFILE_KEY, "mode": 0o444},
-                {"key": constants.DISCOVER_HOSTS_KEY, "path": constants.DISCOVER_HOSTS_KEY, "mode": 0o555},
-                {"key": constants.DISCOVERED_HOSTS_KEY, "path": constants.DISCOVERED_HOSTS_KEY, "mode": 0o444},
-            ],
-        },
-    }
+    items: list[Obj] = [
+        {"key": constants.HOSTFILE_KEY, "path": constants.HOSTFILE_KEY, "mode": 0o444},
+        {"key": constants.DISCOVER_HOSTS_KEY, "path": constants.DISCOVER_HOSTS_KEY, "mode": 0o555},
+        {"key": constants.DISCOVERED_HOSTS_KEY, "path": constants.DISCOVERED_HOSTS_KEY, "mode": 0o444},
+    ]
+    config_volume = {"name": "mpi-job-config", "configMap": {"name": constants.config_map_name(name), "items": items}}
     volumes = [ssh_volume, config_volume]
     mounts = [ssh_mount, {"name": "mpi-job-config", "mountPath": constants.CONFIG_MOUNT_PATH}]
+    env = [{"name": "K_MPI_JOB_ROLE", "value": constants.ROLE_LAUNCHER}, *_implementation_env(spec)]
+    if restart_mode(spec):
+        script = constants.RUN_SCRIPT_KEY
+        items.append({"key": script, "path": script, "mode": 0o555})
+        run_volumes, run_mounts, run_env = _restart_parts(spec, pod_spec)
+        volumes += run_volumes
+        mounts += run_mounts
+        env += run_env
     if spec.elastic_policy is not None:
         volume, mount = _annotation_volume(
             "mpi-job-discovery",
@@ -263,7 +302,6 @@ def launcher_job(job: Obj, spec: MPIJobSpec, *, discovery_account: str | None = 
         volumes.append(volume)
         mounts.append(mount)
     pod_spec["volumes"] = list(pod_spec.get("volumes") or []) + volumes
-    env = [{"name": "K_MPI_JOB_ROLE", "value": constants.ROLE_LAUNCHER}, *_implementation_env(spec)]
     for container in pod_spec.get("containers") or []:
         _add_env(container, env)
         container["volumeMounts"] = list(container.get("volumeMounts") or []) + mounts

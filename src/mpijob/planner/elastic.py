@@ -32,7 +32,7 @@ from mpijob.api.objects import (
     pod_phase,
     pod_ready,
 )
-from mpijob.planner import joining, regrow
+from mpijob.planner import joining, regrow, restart
 from mpijob.planner.actions import Emit
 from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.hostfile import host_fqdn
@@ -560,9 +560,9 @@ def plan_elastic(
     # Ready, as the headless Service's DNS records are: Horovod is never offered a name that cannot resolve.
     serving = [p for p in undisrupted if pod_phase(p) == "Running" and pod_ready(p)]
     names = {name_of(p) for p in serving}
-    joined = joining.hold_back(
-        serving, [p for p in undisrupted if name_of(p) not in names], record.in_discovery, snapshot.now
-    )
+    starting = [p for p in undisrupted if name_of(p) not in names]
+    joined = _held_back(snapshot, policy, serving, starting, record, previous)
+    held = set(joined.held)
     wakes = [w for w in (leaving.wake_after, regrown.wake_after, joined.wake_after) if w is not None]
     return WorkerPlan(
         new_replicas=terminations.replicas if terminations.replicas != spec.worker_replicas else None,
@@ -579,7 +579,7 @@ def plan_elastic(
         kept=leaving.kept,
         leaving=leaving.leaving,
         hostfile_names=tuple(n for _, n in sorted(hosts)),
-        discovery_names=tuple(name_of(p) for p in serving if name_of(p) not in joined.held),
+        discovery_names=tuple(name_of(p) for p in serving if name_of(p) not in held),
         foreign_names=grown.foreign_names,
         wake_after=min(wakes) if wakes else None,
         held=terminations.held,
@@ -589,6 +589,25 @@ def plan_elastic(
         probes_to_delete=regrown.to_delete,
         regrow=regrown,
     )
+
+
+def _held_back(
+    snapshot: Snapshot,
+    policy: ElasticPolicy,
+    serving: Sequence[Obj],
+    starting: Sequence[Obj],
+    record: Record,
+    previous: JobStatus,
+) -> joining.Joining:
+    """The Ready workers kept out of this listing: a round joins together (joining.py); in Restart mode the
+    list is the MPI run's host set, and growth also waits for its restart (restart.py)."""
+    joined = joining.hold_back(serving, starting, record.in_discovery, snapshot.now)
+    if not restart.applies(policy):
+        return joined
+    candidates = [p for p in serving if name_of(p) not in joined.held]
+    kept = restart.hold_growth(policy, candidates, starting, record.in_discovery, previous, snapshot.now)
+    wakes = [w for w in (joined.wake_after, kept.wake_after) if w is not None]
+    return joining.Joining((*joined.held, *kept.names), min(wakes) if wakes else None)
 
 
 def _regrow_target(

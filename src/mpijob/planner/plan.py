@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from mpijob.api import jsoncodec, rules
 from mpijob.api.constants import JOB_CREATED_REASON
 from mpijob.api.models import MPIJobSpec
-from mpijob.planner import child_writes, finish, job_status, worker_writes
+from mpijob.planner import child_writes, finish, job_status, restart, worker_writes
 from mpijob.planner import status as conditions
 from mpijob.planner.actions import NOTHING, ConfirmAbsence, Emit, Plan
 from mpijob.planner.draft import PlanContext, status_patch, status_write
@@ -57,7 +57,20 @@ def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
         # The CRD's template schema: at least one container.
         if not (rspec.template.get("spec") or {}).get("containers"):
             errors.append(f"spec.mpiReplicaSpecs.{kind}.template.spec.containers: at least one container")
+    errors += _restart_errors(spec)
     return spec, errors
+
+
+def _restart_errors(spec: MPIJobSpec) -> list[str]:
+    """Restart mode runs the launcher container's command under mpijob-run: the image's entrypoint is not
+    known here, so the command must be in the template."""
+    if not restart.applies(spec.elastic_policy) or "Launcher" not in spec.mpi_replica_specs:
+        return []
+    containers = (spec.launcher.template.get("spec") or {}).get("containers") or []
+    if containers and not (isinstance(containers[0], dict) and containers[0].get("command")):
+        field = "spec.mpiReplicaSpecs.Launcher.template.spec.containers[0].command"
+        return [f"{field}: required with elasticPolicy.mode Restart (it runs under /etc/mpi/mpijob-run)"]
+    return []
 
 
 def plan(snapshot: Snapshot, *, urgent_first: bool = False) -> Plan:

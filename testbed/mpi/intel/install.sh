@@ -3,8 +3,8 @@
 # intelmpi image, run on the host (as root) before customize-rootfs.sh. Intel MPI comes from PyPI's wheels
 # (pinned and hash-checked by build-mpi-images.sh), not from Intel's apt repository: their data files (bin/,
 # lib/ with the bundled libfabric, opt/mpi/etc/, include/) go to /opt/intel/mpi, the prefix I_MPI_ROOT names.
-# A temporary /usr/local/bin/mpicc lets customize-rootfs.sh compile pi; `install.sh --strip-devel` removes it
-# and impi-devel's files again afterwards, as the MPI headers are purged from the other images.
+# A temporary /usr/local/bin/mpicc lets customize-rootfs.sh compile pi and jacobi; `install.sh --strip-devel`
+# removes it and impi-devel's files again afterwards, as the MPI headers are purged from the other images.
 set -euo pipefail
 here="$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")"
 prefix=/opt/intel/mpi
