@@ -128,9 +128,7 @@ def test_a_spot_taint_takes_the_nodes_workers_out_at_once_and_counts_a_scale_in_
     assert not set(world.discovered("pi")) & set(on_node_2)
     restarts = _restarts(world)
     assert restarts["count"] == 1 and restarts["lastCause"] == "scale-in" and restarts["lastWorkers"] == 2
-    assert _said(world) == [
-        f"scale-in: the MPI run restarts on 2 workers (was 4; {', '.join(sorted(on_node_2))} left)"
-    ]
+    assert _said(world) == [f"scale-in: the MPI run restarts on 2 workers (was 4; {', '.join(sorted(on_node_2))} left)"]
 
 
 def test_a_regrow_joins_in_one_change_only_after_the_minimum_interval() -> None:
