@@ -468,8 +468,9 @@ def structures(state: dict[str, Any]) -> dict[str, int]:
     out = {f"cache {name}": _deep_size(store, seen) for name, store in cache.indexes.items()}
     out["cache pod refs (owner, node)"] = sum(_deep_size(getattr(cache, a), seen) for a in ("_by_owner", "_by_node"))
     out["fingerprints"] = _deep_size(controller.fingerprints, seen)
-    out["expectations"] = _deep_size(vars(controller.expectations), seen)
-    out["metrics stamps"] = _deep_size(vars(state["metrics"].stamps), seen)
+    # Per job: expectations, spin guard, backoff and the metrics' stamps (runtime/record.py).
+    out["job records"] = _deep_size(list(controller.records), seen)
+    out["metrics stamps (nodes)"] = _deep_size(vars(state["metrics"].stamps), seen)
     out["work queue"] = _deep_size(vars(controller.queue), seen)
     return out
 

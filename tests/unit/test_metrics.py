@@ -120,7 +120,7 @@ def test_a_disrupted_worker_is_labelled_disruption_target_and_timed_from_the_pla
     m = Metrics()
     clock = Clock()
     m.clock = clock
-    m.stamps.generations[("ns", "j")] = (3, 5.0)
+    m.records.of(("ns", "j")).stamps.generation = (3, 5.0)
     cache = _cache([_pod("j-worker-2", "n1")])
     cm = Patch("v1", "ConfigMap", "j-config", {"data": {}})
     leave = Patch(

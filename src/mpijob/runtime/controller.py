@@ -2,8 +2,9 @@
 them) each take one key at a time and run one pass for it.
 
 A pass, `reconcile(key)`: cache -> plan -> apply -> remember: a snapshot from the cache (once it shows our
-last writes: `Expectations`), the pure plan(snapshot), the executor applying it, and what the writes taught
-us kept for the next pass. The informers feed the cache (`replaced`, `observed`); only the executor writes.
+last writes: the job's record, runtime/record.py), the pure plan(snapshot), the executor applying it, and
+what the writes taught us kept in the job's record for the next pass. The informers feed the cache
+(`replaced`, `observed`); only the executor writes.
 
 The order of work (docs/design.md, "The order of work"):
 - `observed` queues an event's jobs at its priority (runtime/signals.py; LOW until every informer has
@@ -25,7 +26,7 @@ from typing import Any, NamedTuple, cast
 
 import orjson
 
-from mpijob.api.objects import Obj, is_terminating, meta, resource_version_number
+from mpijob.api.objects import Obj, meta
 from mpijob.executor.apply import Executor, Outcome
 from mpijob.executor.client import ApiError
 from mpijob.planner.actions import Action, Plan
@@ -35,14 +36,13 @@ from mpijob.planner.snapshot import OperatorConfig, format_time
 from mpijob.runtime.cache import Cache, Key
 from mpijob.runtime.informer import Informer, ident, same_version
 from mpijob.runtime.kinds import Watched, watched
+from mpijob.runtime.record import Records
 from mpijob.runtime.signals import event_priority, only_progress
 from mpijob.runtime.spin import SpinGuard
 from mpijob.runtime.workqueue import DISCOVERY, LOW, NORMAL, WorkQueue
 
 log = logging.getLogger("mpijob.controller")
 
-# How long a reconcile waits for the cache to show pods it created before planning anyway.
-EXPECTATION_TIMEOUT = 10.0
 # Rounds of live reads one reconcile may do before planning (each round is bounded by the planner).
 CONFIRM_ROUNDS = 3
 # A pod event that only moves a pod forward (bound, Running, an IP, Ready) queues its job this much later,
@@ -87,83 +87,6 @@ class Stats:
     started: float = field(default_factory=time.monotonic)
 
 
-@dataclass
-class Expectations:
-    """What a job's last reconcile wrote and the cache must show before the job is planned again, and what
-    it learnt that the cache cannot show (client-go's expectations, plus two hand-overs)."""
-
-    # resourceVersion we last wrote of the MPIJob (the executor's `JobWrites.written`, kept as each write
-    # answers) and of its discovery ConfigMap: a cache older than that is stale (our own watch event is on
-    # its way and will enqueue the job again), so planning on it would only cause a 409 or undo the write.
-    job_rv: dict[Key, int] = field(default_factory=dict)
-    config_map_rv: dict[Key, int] = field(default_factory=dict)
-    # Pods we created, until the cache shows them (or the deadline passes): planning before would count them
-    # as missing (Append would even pick new indexes for them).
-    pods: dict[Key, tuple[set[str], float]] = field(default_factory=dict)
-    # Pods we deleted, name -> uid, until the cache shows each terminating or gone (or the deadline passes):
-    # planning before would delete them again (a second DELETE, Event and launcher patch; seen at scale).
-    deleted: dict[Key, tuple[dict[str, str | None], float]] = field(default_factory=dict)
-    # uids of the objects we created (SSH Secrets: not watched), until the job's status records them, so a
-    # reconcile after a 409 on the status write still knows the Secret is ours.
-    created: dict[Key, dict[tuple[str, str], str | None]] = field(default_factory=dict)
-    # Answers of live reads (ConfirmAbsence) of a reconcile that ran out of rounds before its plan could
-    # be made, for the job's next reconcile (queued at once), until a plan is made: a job that needs more
-    # reads than one reconcile may make (more than CONFIRM_ROUNDS x MAX_CONFIRMATIONS workers gone while
-    # the operator was down) is planned after several reconciles instead of asking the same first reads
-    # forever. A carried answer may only be conservative when it ages: "gone" stays gone (a name of ours is
-    # not made again while no plan is made), "exists" at worst keeps a worker or node a plan longer.
-    carried_checks: dict[Key, dict[tuple[str, str], bool]] = field(default_factory=dict)
-
-    def forget(self, key: Key) -> None:
-        for kept in (self.job_rv, self.config_map_rv, self.pods, self.deleted, self.created, self.carried_checks):
-            kept.pop(key, None)
-
-    def wait(self, key: Key, job: Obj, cache: Cache) -> float | None:
-        """Seconds to wait before planning (the cache is behind our writes), or None: plan now."""
-        cached = resource_version_number(meta(job).get("resourceVersion"))
-        if cached < self.job_rv.get(key, 0):
-            log.debug("%s/%s: cache at rv %s, we wrote %s; waiting", *key, cached, self.job_rv.get(key))
-            return 1.0  # fallback only: the watch event for our write normally comes first
-        cm_version = cache.config_map_version(*key)
-        if cm_version is None:
-            self.config_map_rv.pop(key, None)  # gone: nothing to wait for (the plan makes it again)
-        elif resource_version_number(cm_version) < self.config_map_rv.get(key, 0):
-            log.debug("%s/%s: discovery ConfigMap cache behind our write; waiting", *key)
-            return 1.0  # likewise for the discovery write of a deferred reconcile
-        expected = self.pods.get(key)
-        if expected is not None:
-            names, deadline = expected
-            if time.monotonic() <= deadline and not all(cache.pod(key[0], n) is not None for n in names):
-                log.debug("%s/%s: waiting for the cache to show the pods we created", *key)
-                return 0.05  # our pod creates are not in the cache yet; their events will enqueue us too
-            del self.pods[key]
-        return self._deletions_seen(key, cache)
-
-    def _deletions_seen(self, key: Key, cache: Cache) -> float | None:
-        expected = self.deleted.get(key)
-        if expected is None:
-            return None
-        uids, deadline = expected
-
-        def seen(name: str, uid: str | None) -> bool:
-            pod = cache.pod(key[0], name)
-            return pod is None or is_terminating(pod) or (uid is not None and meta(pod).get("uid") != uid)
-
-        if time.monotonic() <= deadline and not all(seen(n, u) for n, u in uids.items()):
-            log.debug("%s/%s: waiting for the cache to show the pods we deleted", *key)
-            return 0.05  # their events will enqueue us too
-        del self.deleted[key]
-        return None
-
-    def remember(self, key: Key, outcome: Outcome) -> None:
-        if outcome.config_map_resource_version is not None:
-            self.config_map_rv[key] = resource_version_number(outcome.config_map_resource_version)
-        if outcome.created_pods:
-            self.pods[key] = (set(outcome.created_pods), time.monotonic() + EXPECTATION_TIMEOUT)
-        if outcome.deleted_pods:
-            self.deleted[key] = (dict(outcome.deleted_pods), time.monotonic() + EXPECTATION_TIMEOUT)
-
-
 class Controller:
     def __init__(
         self,
@@ -187,7 +110,8 @@ class Controller:
         self.clock = clock
         self.stats = Stats()
         self.warm = asyncio.Event()
-        self.expectations = Expectations(job_rv=executor.job_writes.written)
+        # What the runtime remembers of each job between passes (runtime/record.py).
+        self.records = Records()
         # Jobs whose passes repeat the same writes without effect are held back (runtime/spin.py).
         self.spin = SpinGuard()
         self.leading = asyncio.Event()
@@ -228,7 +152,10 @@ class Controller:
             log.debug("MPIJob event %s %s rv=%s", type, key, obj["metadata"].get("resourceVersion"))
         for listener in self.listeners.get(w.kind, ()):
             listener(type, obj)
-        own = w.kind == "MPIJob" and self.executor.job_writes.echo(key, meta(obj).get("resourceVersion"))
+        record = self.records.get(key) if w.kind == "MPIJob" else None
+        own = record is not None and record.echo(meta(obj).get("resourceVersion"))
+        if w.kind == "MPIJob" and type == "DELETED":
+            self.records.forget(key)  # all the runtime remembers of the job goes with it
         priority = event_priority(w.kind, type, old, obj, own) if self.cache.ready else LOW
         delay = 0.0
         if self.progress_batch > 0 and w.kind == "Pod" and type != "DELETED" and only_progress(old, obj):
@@ -296,25 +223,25 @@ class Controller:
         job = self.cache.mpijob(key)
         if job is None:
             log.debug("%s/%s: not in the cache; nothing to do", *key)
-            self.expectations.forget(key)
-            self.spin.release(key)
+            self.records.forget(key)
             return None
-        wait = self.expectations.wait(key, job, self.cache)
+        record = self.records.of(key)
+        wait = record.wait(key, job, self.cache)
         if wait is not None:
             return Requeue(wait, priority)  # the event of our own write comes first, as a rule
         started = time.perf_counter()
-        held = self.spin.held(key)
+        held = self.spin.held(record)
         outcome, actions = await self._plan_and_apply(job, held)
         self.stats.reconciles += 1
         self.stats.writes += outcome.writes
         self.stats.reconcile_seconds += time.perf_counter() - started
-        self.expectations.remember(key, outcome)
+        record.remember(outcome)
         if outcome.error is not None or outcome.conflict is not None:
-            self.spin.release(key)
+            self.spin.release(record)
         else:
             await self._guard(key, job, actions[: outcome.applied])
         again = self._next_look(key, outcome, actions, priority)
-        if held is not None and self.spin.held(key) is None:
+        if held is not None and self.spin.held(record) is None:
             # Held no more: one prompt pass clears the ReconcileStalled condition (job_status.stall_cleared),
             # merged with the pass's own requeue as the queue merges two adds.
             return Requeue(0.0, NORMAL if again is None else max(NORMAL, again.priority))
@@ -324,13 +251,14 @@ class Controller:
         """The spin guard (runtime/spin.py): a job whose passes repeat the same writes at the same
         resourceVersion is held back (raises Spinning: the reconciler retries it with backoff); the first
         time, the ReconcileStalled condition and one Warning Event say what it waits for."""
-        message = self.spin.observe(key, str(job["metadata"].get("resourceVersion")), applied)
+        record = self.records.of(key)
+        message = self.spin.observe(record, str(job["metadata"].get("resourceVersion")), applied)
         if message is not None:
             log.warning("%s/%s: held back: %s", *key, message)
-            outcome = await self.executor.apply(job, stalled(job, message, format_time(self.clock())))
-            self.spin.moved_to(key, outcome.job_resource_version)
-            self.expectations.remember(key, outcome)
-        held = self.spin.held(key)
+            outcome = await self.executor.apply(job, stalled(job, message, format_time(self.clock())), record)
+            self.spin.moved_to(record, outcome.job_resource_version)
+            record.remember(outcome)
+        held = self.spin.held(record)
         if held is not None:
             raise Spinning(held)
 
@@ -362,9 +290,11 @@ class Controller:
         outcome and the last plan applied. `held`: the spin guard holds the job back (Snapshot.held_back)."""
         meta = job["metadata"]
         key = (str(meta["namespace"]), str(meta["name"]))
-        checks: dict[tuple[str, str], bool] = self.expectations.carried_checks.pop(key, {})
+        record = self.records.of(key)
+        checks, record.carried_checks = record.carried_checks, {}
         recorded = (job.get("status") or {}).get("sshSecretUID")
-        created = {k: v for k, v in self.expectations.created.pop(key, {}).items() if v != recorded}
+        created = {k: v for k, v in record.created.items() if v != recorded}
+        record.created = {}
         for _ in range(CONFIRM_ROUNDS):
             snapshot = replace(
                 self.cache.snapshot(job, self.clock(), self.config),
@@ -382,7 +312,7 @@ class Controller:
                     meta.get("resourceVersion"),
                     [type(a).__name__ for a in actions] or "nothing",
                 )
-            outcome = await self.executor.apply(job, actions)
+            outcome = await self.executor.apply(job, actions, record)
             created.update(outcome.created)
             refused = any(v is None for v in outcome.created.values())
             if (not outcome.absence_checks and not refused) or outcome.error is not None:
@@ -394,12 +324,12 @@ class Controller:
         else:
             if outcome.absence_checks and outcome.error is None:
                 # Out of rounds with the plan still asking: the next reconcile goes on from these answers.
-                self.expectations.carried_checks[key] = checks
+                record.carried_checks = checks
                 outcome.more_reads = True
         # Keep what was created until the status shows it; a refusal is retried on the next reconcile.
         kept: dict[tuple[str, str], str | None] = {k: v for k, v in created.items() if v is not None}
         if kept:
-            self.expectations.created[key] = kept
+            record.created = kept
         return outcome, actions
 
     async def reconciler(self) -> None:
@@ -420,7 +350,8 @@ class Controller:
             except Exception as err:
                 self._failed(key, priority, err)
             else:
-                self.queue.forget(key)
+                if (record := self.records.get(key)) is not None:
+                    record.failures = 0  # a job forgotten in this pass stays forgotten
                 if again is not None:
                     self.queue.add(key, again.priority, again.delay)
             finally:
@@ -428,7 +359,9 @@ class Controller:
 
     def _failed(self, key: Key, priority: int, err: Exception) -> None:
         """A pass that raised: the job again after its backoff, at the priority the pass had."""
-        delay = self.queue.add_rate_limited(key, priority)
+        record = self.records.of(key)
+        delay = self.queue.add_rate_limited(key, priority, record.failures)
+        record.failures += 1
         if isinstance(err, Spinning):
             # Held back (the Warning went out once, with the condition): backoff, as for a failure.
             log.debug("reconcile %s/%s: held back; again in %.2fs", key[0], key[1], delay)
