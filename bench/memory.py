@@ -430,8 +430,9 @@ async def _fill(where: Path, phases: dict[str, int], heap_mode: str) -> dict[str
     outcomes: dict[str, int] = {}
     for key in controller.cache.mpijob_keys():
         try:
-            again = await controller.reconcile(key)
-            outcomes["requeue" if again is not None else "done"] = outcomes.get("requeue" if again else "done", 0) + 1
+            result = await controller.reconcile(key)
+            asked = result.requeue_after is not None or result.backoff or result.clear_stall
+            outcomes["requeue" if asked else "done"] = outcomes.get("requeue" if asked else "done", 0) + 1
         except Exception as err:  # a refused write
             outcomes[type(err).__name__] = outcomes.get(type(err).__name__, 0) + 1
     generate_latest(metrics.registry)  # a scrape: the collectors walk the cache

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from mpijob.executor.apply import Executor
 from mpijob.planner.snapshot import OperatorConfig
-from mpijob.runtime.controller import Controller
+from mpijob.runtime.controller import Controller, Result
 from mpijob.runtime.kinds import BY_KIND
 from mpijob.runtime.metrics import Metrics
 from mpijob.runtime.record import JobRecord, Leaving
@@ -55,7 +55,7 @@ def test_a_job_is_remembered_from_its_first_sight_and_forgotten_whole_when_delet
 def test_a_pass_that_finds_its_job_gone_forgets_it() -> None:
     controller, _, key = _controller()
     _remembering(controller.records.of(key))
-    assert asyncio.run(controller.reconcile(key)) is None
+    assert asyncio.run(controller.reconcile(key)) == Result(), "nothing asked of the queue"
     assert key not in controller.records
 
 

@@ -18,7 +18,7 @@ from mpijob.executor.apply import Executor, Outcome
 from mpijob.planner.actions import Defer, Patch, Plan
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import slim
-from mpijob.runtime.controller import Controller, Requeue
+from mpijob.runtime.controller import Controller
 from mpijob.runtime.kinds import BY_KIND
 from mpijob.runtime.metrics import Metrics
 from mpijob.runtime.record import JobRecord
@@ -160,16 +160,16 @@ def _held_controller() -> tuple[Controller, tuple[str, str]]:
     "outcome,priority,expected",
     [
         # A node signal's pass writes discovery and defers, with launcher nudges still to go: DISCOVERY.
-        (Outcome(deferred=True, applied=1), SIGNAL, Requeue(0.0, DISCOVERY)),
+        (Outcome(deferred=True, applied=1), SIGNAL, DISCOVERY),
         # A 409 keeps the pass's own priority.
-        (Outcome(conflict="409 Conflict"), SIGNAL, Requeue(0.0, SIGNAL)),
+        (Outcome(conflict="409 Conflict"), SIGNAL, SIGNAL),
         # Nothing else to do: one prompt pass clears the ReconcileStalled condition.
-        (Outcome(applied=1), SIGNAL, Requeue(0.0, NORMAL)),
-        (Outcome(applied=1, requeue_after=30.0), LOW, Requeue(0.0, NORMAL)),
+        (Outcome(applied=1), SIGNAL, NORMAL),
+        (Outcome(applied=1, requeue_after=30.0), LOW, NORMAL),
     ],
 )
 def test_a_pass_that_ends_a_hold_asks_for_a_prompt_pass_without_lowering_its_own_requeue(
-    outcome: Outcome, priority: int, expected: Requeue
+    outcome: Outcome, priority: int, expected: int
 ) -> None:
     """The hold's end asks for one prompt pass (NORMAL) to clear the condition, merged with the pass's own
     requeue as the queue merges two adds (the higher priority, the earlier time). The first version returned
@@ -183,6 +183,10 @@ def test_a_pass_that_ends_a_hold_asks_for_a_prompt_pass_without_lowering_its_own
         return outcome, plan
 
     controller._plan_and_apply = plan_and_apply  # type: ignore[method-assign]
-    again = asyncio.run(controller.reconcile(key, priority))
+    result = asyncio.run(controller.reconcile(key, priority))
     assert controller.spin.held(controller.records.get(key)) is None, "the hold ended"
-    assert again == expected
+    controller.queue.take_pending()  # what the job's own events queued
+    controller.queue.add(key, LOW, 60.0)  # an event meanwhile, merged too
+    controller._requeue(key, result)
+    # One entry, due now (the prompt pass), at the higher of the two priorities asked.
+    assert controller.queue.get_nowait() == (key, expected)

@@ -9,8 +9,9 @@ what the writes taught us kept in the job's record for the next pass. The inform
 The order of work (docs/design.md, "The order of work"):
 - `observed` queues an event's jobs at its priority (runtime/signals.py; LOW until every informer has
   listed), a pod's mere progress `progress_batch` seconds later; at start every cached job once, at LOW;
-- a pass returns when and at which priority it wants the next (`Requeue`, `_next_look`); one that raised
-  backs off at its own priority (`_failed`);
+- a pass returns when and at which priority it wants the next (`Result`: `_next_look`), or to be retried
+  after the job's backoff (held back by the spin guard); one that raised backs off at its own priority
+  (`_failed`); the queue merges what a pass asks with what events asked meanwhile (`_requeue`);
 - the queue (runtime/workqueue.py) does the rest; passes below DISCOVERY hold at most half the reconcilers.
 """
 
@@ -22,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 import orjson
 
@@ -36,7 +37,7 @@ from mpijob.planner.snapshot import OperatorConfig, format_time
 from mpijob.runtime.cache import Cache, Key
 from mpijob.runtime.informer import Informer, ident, same_version
 from mpijob.runtime.kinds import Watched, watched
-from mpijob.runtime.record import Records
+from mpijob.runtime.record import JobRecord, Records
 from mpijob.runtime.signals import event_priority, only_progress
 from mpijob.runtime.spin import SpinGuard
 from mpijob.runtime.workqueue import DISCOVERY, LOW, NORMAL, WorkQueue
@@ -60,15 +61,18 @@ def _fingerprint(view: dict[str, Any]) -> int:
     return hash(orjson.dumps({**view, "metadata": meta}, default=repr))
 
 
-class Requeue(NamedTuple):
-    """When a job wants its next pass, and at which queue priority (runtime/workqueue.py)."""
+@dataclass(frozen=True)
+class Result:
+    """What one pass asks of the queue (runtime/workqueue.py; controller-runtime's `Result`): another pass
+    `requeue_after` seconds from now at `priority` (None: no pass asked for), or, with `backoff`, after the
+    job's backoff (held back by the spin guard: runtime/spin.py). `clear_stall`: the pass ended a hold, and
+    one prompt pass at NORMAL clears the ReconcileStalled condition (job_status.stall_cleared); the queue
+    merges it with the rest (the higher priority, the earlier time)."""
 
-    delay: float
-    priority: int
-
-
-class Spinning(Exception):
-    """A pass repeated the same writes without effect (runtime/spin.py): the job is retried with backoff."""
+    requeue_after: float | None = None
+    priority: int = NORMAL
+    backoff: bool = False
+    clear_stall: bool = False
 
 
 @dataclass
@@ -217,18 +221,18 @@ class Controller:
         self.warm.set()
 
     # -- work side ---------------------------------------------------------------------------------
-    async def reconcile(self, key: Key, priority: int = NORMAL) -> Requeue | None:
-        """One pass for one job, taken at `priority`: cache -> plan -> apply -> remember. Returns when and at
-        which priority the job wants another pass, if it does."""
+    async def reconcile(self, key: Key, priority: int = NORMAL) -> Result:
+        """One pass for one job, taken at `priority`: cache -> plan -> apply -> remember -> what it asks of the
+        queue. Raises what a write failed with (the reconciler backs off)."""
         job = self.cache.mpijob(key)
         if job is None:
             log.debug("%s/%s: not in the cache; nothing to do", *key)
             self.records.forget(key)
-            return None
+            return Result()
         record = self.records.of(key)
         wait = record.wait(key, job, self.cache)
         if wait is not None:
-            return Requeue(wait, priority)  # the event of our own write comes first, as a rule
+            return Result(wait, priority)  # the event of our own write comes first, as a rule
         started = time.perf_counter()
         held = self.spin.held(record)
         outcome, actions = await self._plan_and_apply(job, held)
@@ -236,37 +240,33 @@ class Controller:
         self.stats.writes += outcome.writes
         self.stats.reconcile_seconds += time.perf_counter() - started
         record.remember(outcome)
-        if outcome.error is not None or outcome.conflict is not None:
+        if outcome.error is not None:
             self.spin.release(record)
-        else:
-            await self._guard(key, job, actions[: outcome.applied])
+            raise outcome.error
+        if outcome.conflict is not None:
+            self.spin.release(record)
+        elif await self._holds(key, job, record, actions[: outcome.applied]):
+            return Result(priority=priority, backoff=True)
         again = self._next_look(key, outcome, actions, priority)
-        if held is not None and self.spin.held(record) is None:
-            # Held no more: one prompt pass clears the ReconcileStalled condition (job_status.stall_cleared),
-            # merged with the pass's own requeue as the queue merges two adds.
-            return Requeue(0.0, NORMAL if again is None else max(NORMAL, again.priority))
-        return again
+        # Held no more: one prompt pass clears the ReconcileStalled condition.
+        return replace(again, clear_stall=held is not None)
 
-    async def _guard(self, key: Key, job: Obj, applied: Sequence[Action]) -> None:
-        """The spin guard (runtime/spin.py): a job whose passes repeat the same writes at the same
-        resourceVersion is held back (raises Spinning: the reconciler retries it with backoff); the first
-        time, the ReconcileStalled condition and one Warning Event say what it waits for."""
-        record = self.records.of(key)
+    async def _holds(self, key: Key, job: Obj, record: JobRecord, applied: Sequence[Action]) -> bool:
+        """The spin guard (runtime/spin.py), on a pass whose writes landed: whether the job is held back (its
+        passes repeat the same writes at the same resourceVersion; retried with backoff). The pass that
+        starts a hold also writes the ReconcileStalled condition and one Warning Event saying what it waits
+        for (job_status.stalled: not the plan's, which is what repeats)."""
         message = self.spin.observe(record, str(job["metadata"].get("resourceVersion")), applied)
         if message is not None:
             log.warning("%s/%s: held back: %s", *key, message)
             outcome = await self.executor.apply(job, stalled(job, message, format_time(self.clock())), record)
             self.spin.moved_to(record, outcome.job_resource_version)
             record.remember(outcome)
-        held = self.spin.held(record)
-        if held is not None:
-            raise Spinning(held)
+        return self.spin.held(record) is not None
 
-    def _next_look(self, key: Key, outcome: Outcome, actions: Sequence[Action], priority: int) -> Requeue | None:
+    def _next_look(self, key: Key, outcome: Outcome, actions: Sequence[Action], priority: int) -> Result:
         """When and at which priority the job's next pass comes, from this pass's outcome (docs/design.md, "The
-        order of work", rule 3); a pass that failed raises its error (the reconciler backs off)."""
-        if outcome.error is not None:
-            raise outcome.error
+        order of work", rule 3)."""
         if outcome.gone is not None:
             # A write found the object gone: the cache entry is a ghost (a watch gap). Drop it now rather
             # than retry the same write every 0.2 s until the next relist.
@@ -274,15 +274,15 @@ class Controller:
         if outcome.conflict is not None:
             self.stats.conflicts += 1
             log.debug("%s/%s: %s; will retry on fresh data", *key, outcome.conflict)
-            return Requeue(0.2, priority)
+            return Result(0.2, priority)
         if outcome.deferred:
             # The rest of a pass cut after its urgent writes: behind every signalled job, and ahead of the
             # ordinary rest while its launcher nudges are still to go (docs/design.md, "The order of work").
             urgent_rest = isinstance(actions, Plan) and actions.urgent_rest
-            return Requeue(0.0, DISCOVERY if urgent_rest else NORMAL)
+            return Result(0.0, DISCOVERY if urgent_rest else NORMAL)
         if outcome.more_reads:
-            return Requeue(0.0, priority)
-        return None if outcome.requeue_after is None else Requeue(outcome.requeue_after, NORMAL)
+            return Result(0.0, priority)
+        return Result(outcome.requeue_after, NORMAL)
 
     async def _plan_and_apply(self, job: dict[str, Any], held: str | None = None) -> tuple[Outcome, Sequence[Action]]:
         """plan -> apply; a plan that asks for live reads (ConfirmAbsence) gets them and is made again with
@@ -346,26 +346,39 @@ class Controller:
                 continue
             try:
                 log.debug("reconcile %s/%s", *key)
-                again = await self.reconcile(key, priority)
+                result = await self.reconcile(key, priority)
             except Exception as err:
                 self._failed(key, priority, err)
             else:
-                if (record := self.records.get(key)) is not None:
-                    record.failures = 0  # a job forgotten in this pass stays forgotten
-                if again is not None:
-                    self.queue.add(key, again.priority, again.delay)
+                self._requeue(key, result)
             finally:
                 self.queue.done(key)
 
-    def _failed(self, key: Key, priority: int, err: Exception) -> None:
-        """A pass that raised: the job again after its backoff, at the priority the pass had."""
+    def _requeue(self, key: Key, result: Result) -> None:
+        """What a pass asked of the queue: each request added as it is (the queue merges them with one another
+        and with what events asked meanwhile); a pass that was not held back starts the backoff again."""
+        if result.backoff:
+            # Held back (the Warning went out once, with the condition): backoff, as for a failure.
+            delay = self._back_off(key, result.priority)
+            log.debug("reconcile %s/%s: held back; again in %.2fs", key[0], key[1], delay)
+            return
+        if (record := self.records.get(key)) is not None:
+            record.failures = 0  # (a job forgotten in this pass stays forgotten)
+        if result.clear_stall:
+            self.queue.add(key, NORMAL)
+        if result.requeue_after is not None:
+            self.queue.add(key, result.priority, result.requeue_after)
+
+    def _back_off(self, key: Key, priority: int) -> float:
+        """The job again after its backoff (its failures in a row, counted in its record), at `priority`."""
         record = self.records.of(key)
         delay = self.queue.add_rate_limited(key, priority, record.failures)
         record.failures += 1
-        if isinstance(err, Spinning):
-            # Held back (the Warning went out once, with the condition): backoff, as for a failure.
-            log.debug("reconcile %s/%s: held back; again in %.2fs", key[0], key[1], delay)
-            return
+        return delay
+
+    def _failed(self, key: Key, priority: int, err: Exception) -> None:
+        """A pass that raised: the job again after its backoff, at the priority the pass had."""
+        delay = self._back_off(key, priority)
         self.stats.errors += 1
         if isinstance(err, ApiError):
             # An API refusal is expected now and then (quota, admission, RBAC): say it in one line.

@@ -48,7 +48,7 @@ from mpijob.planner.status import is_true as status_is_true
 from mpijob.planner.status import state as job_state
 from mpijob.planner.workers import DISRUPTED, node_signal
 from mpijob.runtime.cache import Cache, Key
-from mpijob.runtime.controller import Controller, Requeue, Spinning
+from mpijob.runtime.controller import Controller, Result
 from mpijob.runtime.record import Leaving, Records
 from mpijob.runtime.record import Stamps as JobStamps
 from mpijob.runtime.workqueue import NORMAL
@@ -539,12 +539,10 @@ class InstrumentedController(Controller):
         super().__init__(*args, **kwargs)
         self.metrics = metrics
 
-    async def reconcile(self, key: Key, priority: int = NORMAL) -> Requeue | None:
+    async def reconcile(self, key: Key, priority: int = NORMAL) -> Result:
         started = time.perf_counter()
         try:
             return await super().reconcile(key, priority)
-        except Spinning:
-            raise  # not a failure: counted by mpijob_reconcile_spins_total
         except Exception:
             self.metrics.reconcile_errors.inc()
             raise
