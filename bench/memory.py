@@ -383,18 +383,19 @@ async def _fill(where: Path, phases: dict[str, int], heap_mode: str) -> dict[str
 
     from prometheus_client import generate_latest
 
+    from mpijob.executor.apply import Executor
     from mpijob.planner.snapshot import OperatorConfig
     from mpijob.runtime import heap, informer
-    from mpijob.runtime.metrics import InstrumentedController, InstrumentedExecutor, Metrics
+    from mpijob.runtime.controller import Controller
+    from mpijob.runtime.metrics import Metrics
 
     api = ApiStandIn(where)
     config = OperatorConfig()
     metrics = Metrics()
-    executor = InstrumentedExecutor(api, metrics=metrics, config=config)  # type: ignore[arg-type]
+    executor = Executor(api)  # type: ignore[arg-type]
     # The world's clock: the bodies' times are its "now", so the jobs are steady at it.
     now = datetime(2026, 3, 1, 12, 0, 30, tzinfo=UTC)
-    controller = InstrumentedController(executor, config, clock=lambda: now, metrics=metrics)
-    executor.cache = controller.cache
+    controller = Controller(executor, config, clock=lambda: now, observer=metrics)
     metrics.attach(controller)
     metrics.register(controller, config)
     controller.leading.set()

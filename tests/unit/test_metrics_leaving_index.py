@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from mpijob.api import constants as c
 from mpijob.planner.actions import Patch
-from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime.cache import Cache
 from mpijob.runtime.metrics import Metrics
 
@@ -33,11 +32,11 @@ def _leave(pod: str) -> Patch:
 def test_leaving_workers_are_kept_by_job_and_forgotten_once_gone() -> None:
     m = Metrics()
     cache = _cache("a-worker-1", "b-worker-1")
-    m.applied(cache, OperatorConfig(), _job("a"), [_leave("a-worker-1")])
-    m.applied(cache, OperatorConfig(), _job("b"), [_leave("b-worker-1")])
+    m.applied(cache, _job("a"), [_leave("a-worker-1")])
+    m.applied(cache, _job("b"), [_leave("b-worker-1")])
     assert set(m.records.of(("ns", "a")).stamps.leaving) == {"a-worker-1"}
     assert set(m.records.of(("ns", "b")).stamps.leaving) == {"b-worker-1"}
     del cache.indexes["pods"][("ns", "a-worker-1")]
-    m.applied(cache, OperatorConfig(), _job("a"), [])
+    m.applied(cache, _job("a"), [])
     assert m.records.of(("ns", "a")).stamps.leaving == {}
     assert set(m.records.of(("ns", "b")).stamps.leaving) == {"b-worker-1"}, "another job's batch reads only its own"

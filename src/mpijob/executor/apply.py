@@ -166,6 +166,7 @@ class Executor:
         *,
         post_events: bool = True,
         events: EventPoster | None = None,
+        update_kinds: frozenset[str] = frozenset(),
     ) -> None:
         self.client = client
         # Posts Events off the reconcile path (the operator's); None: each Event is awaited in its reconcile.
@@ -176,7 +177,7 @@ class Executor:
         self.fence: Callable[[], bool] | None = None
         # Kinds written by read-then-update: the operator may `update` them but not `patch` them (the
         # reference's ClusterRole; runtime/permissions.py).
-        self.update_kinds: frozenset[str] = frozenset()
+        self.update_kinds = update_kinds
 
     async def apply(self, job: dict[str, Any], actions: Sequence[Action], writes: JobWrites | None = None) -> Outcome:
         """Applies `actions` to `job`'s objects, reporting its MPIJob writes into `writes` as they happen."""

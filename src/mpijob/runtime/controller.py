@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import orjson
 
@@ -59,6 +59,16 @@ def _fingerprint(view: dict[str, Any]) -> int:
     The hash of its JSON text: 3 us for a pod's view where `repr` took 27 us (docs/design.md)."""
     meta = {k: v for k, v in (view.get("metadata") or {}).items() if k != "resourceVersion"}
     return hash(orjson.dumps({**view, "metadata": meta}, default=repr))
+
+
+class Observer(Protocol):
+    """Who watches the runtime work (runtime/metrics.py:Metrics), attached by composition
+    (`Controller(..., observer=...)`): told of every batch the executor applied (the actions applied, in
+    order, and their outcome) and of every pass (its time, and whether it raised)."""
+
+    def batch(self, cache: Cache, job: Obj, applied: Sequence[Action], outcome: Outcome) -> None: ...
+
+    def reconciled(self, seconds: float, failed: bool) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,7 @@ class Controller:
         *,
         reconcilers: int = 4,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        observer: Observer | None = None,
     ) -> None:
         # PodGroups are watched only with gang scheduling on: without it their CRD need not exist.
         self.kinds = watched(config)
@@ -112,6 +123,7 @@ class Controller:
         # How many reconciles run at once (coroutines taking job keys from the queue; not pods).
         self.reconcilers = reconcilers
         self.clock = clock
+        self.observer = observer
         self.stats = Stats()
         self.warm = asyncio.Event()
         # What the runtime remembers of each job between passes (runtime/record.py).
@@ -259,7 +271,7 @@ class Controller:
         message = self.spin.observe(record, str(job["metadata"].get("resourceVersion")), applied)
         if message is not None:
             log.warning("%s/%s: held back: %s", *key, message)
-            outcome = await self.executor.apply(job, stalled(job, message, format_time(self.clock())), record)
+            outcome = await self._apply(job, stalled(job, message, format_time(self.clock())), record)
             self.spin.moved_to(record, outcome.job_resource_version)
             record.remember(outcome)
         return self.spin.held(record) is not None
@@ -312,7 +324,7 @@ class Controller:
                     meta.get("resourceVersion"),
                     [type(a).__name__ for a in actions] or "nothing",
                 )
-            outcome = await self.executor.apply(job, actions, record)
+            outcome = await self._apply(job, actions, record)
             created.update(outcome.created)
             refused = any(v is None for v in outcome.created.values())
             if (not outcome.absence_checks and not refused) or outcome.error is not None:
@@ -332,6 +344,17 @@ class Controller:
             record.created = kept
         return outcome, actions
 
+    async def _apply(self, job: Obj, actions: Sequence[Action], record: JobRecord) -> Outcome:
+        """The executor applies `actions`, reporting the job's writes into its record; the observer hears
+        what was applied."""
+        outcome = await self.executor.apply(job, actions, record)
+        if self.observer is not None:
+            try:
+                self.observer.batch(self.cache, job, actions[: outcome.applied], outcome)
+            except Exception:  # an observer (the metrics) must never break a reconcile
+                log.exception("observer: could not account for the applied actions")
+        return outcome
+
     async def reconciler(self) -> None:
         await self.warm.wait()
         await self.leading.wait()
@@ -344,15 +367,19 @@ class Controller:
                 self.queue.done(key)
                 await self.leading.wait()
                 continue
+            started, failed = time.perf_counter(), False
             try:
                 log.debug("reconcile %s/%s", *key)
                 result = await self.reconcile(key, priority)
             except Exception as err:
+                failed = True
                 self._failed(key, priority, err)
             else:
                 self._requeue(key, result)
             finally:
                 self.queue.done(key)
+                if self.observer is not None:
+                    self.observer.reconciled(time.perf_counter() - started, failed)
 
     def _requeue(self, key: Key, result: Result) -> None:
         """What a pass asked of the queue: each request added as it is (the queue merges them with one another

@@ -6,11 +6,13 @@ The reference operator's dashboards keep working (`mpi_operator_jobs_created_tot
 gauge under our own name, which alerts and dashboards read, since the reference exports the other one while
 both run side by side (docs/migration.md).
 
-Nothing here decides anything: metrics are read off what the controller already does. The executor's
-applied actions say what was written (a status patch flipping a condition, a worker marked leaving, a
-ConfigMap rewritten, a pod deleted); the API client reports every response; gauges read the queue and the
-cache at scrape time. Elastic timings use first-seen stamps from the operator's own watch events, so they
-measure the operator (watch delivery included), not the clock of whoever tainted the node.
+Nothing here decides anything: metrics are read off what the controller already does, which tells them as
+it goes (`Metrics` is the controller's observer: runtime/controller.py:Observer, composed at start-up by
+runtime/operator.py, no subclass). The executor's applied actions say what was written (a status patch
+flipping a condition, a worker marked leaving, a ConfigMap rewritten, a pod deleted); the API client reports
+every response; gauges read the queue and the cache at scrape time. Elastic timings use first-seen stamps
+from the operator's own watch events, so they measure the operator (watch delivery included), not the clock
+of whoever tainted the node.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from prometheus_client.registry import Collector
 
 from mpijob.api import constants as c
 from mpijob.api.objects import Obj, is_leaving, is_true
-from mpijob.executor.apply import Executor, JobWrites, Outcome
+from mpijob.executor.apply import Outcome
 from mpijob.executor.events import DROP_REASONS, EventPoster
 from mpijob.planner.actions import Action, Create, Delete, Patch
 from mpijob.planner.regrow import TIMED_OUT
@@ -47,11 +49,10 @@ from mpijob.planner.status import (
 from mpijob.planner.status import is_true as status_is_true
 from mpijob.planner.status import state as job_state
 from mpijob.planner.workers import DISRUPTED, node_signal
-from mpijob.runtime.cache import Cache, Key
-from mpijob.runtime.controller import Controller, Result
+from mpijob.runtime.cache import Cache
+from mpijob.runtime.controller import Controller
 from mpijob.runtime.record import Leaving, Records
 from mpijob.runtime.record import Stamps as JobStamps
-from mpijob.runtime.workqueue import NORMAL
 
 log = logging.getLogger("mpijob.metrics")
 
@@ -188,7 +189,7 @@ class Metrics:
         for result in ("created", "bound", "timed-out"):
             self.regrow_probes.labels(result)
 
-    # -- wiring (one call each from the operator) ----------------------------------------------------------
+    # -- wiring (one call each from the operator; the controller tells `batch` and `reconciled`) -------------
     def attach(self, controller: Controller) -> None:
         """Gauges read at scrape time, so they cost nothing between scrapes."""
         self.queue_depth.set_function(lambda: float(len(controller.queue)))
@@ -243,7 +244,21 @@ class Metrics:
         if status == 409:
             self.api_conflicts.labels(verb, resource).inc()
 
-    def applied(self, cache: Cache, config: OperatorConfig, job: dict[str, Any], actions: Sequence[Action]) -> None:
+    # -- the runtime's observer (runtime/controller.py:Observer) -----------------------------------------
+    def batch(self, cache: Cache, job: Obj, applied: Sequence[Action], outcome: Outcome) -> None:
+        """A batch the executor applied: `applied` are the actions it applied, in order."""
+        if outcome.conflict is not None:
+            self.reconcile_conflicts.inc()
+        self.applied(cache, job, applied)
+
+    def reconciled(self, seconds: float, failed: bool) -> None:
+        """A pass: its time, and whether it raised (a hold by the spin guard is no failure: counted by
+        mpijob_reconcile_spins_total)."""
+        self.reconcile_seconds.observe(seconds)
+        if failed:
+            self.reconcile_errors.inc()
+
+    def applied(self, cache: Cache, job: dict[str, Any], actions: Sequence[Action]) -> None:
         """`actions` are the ones the executor applied, in order."""
         now = self.clock()
         meta = job.get("metadata") or {}
@@ -509,42 +524,3 @@ class _EventCollector(Collector):
         for reason in sorted({*DROP_REASONS, *self.poster.dropped}):
             dropped.add_metric([reason], self.poster.dropped[reason])
         yield dropped
-
-
-class InstrumentedExecutor(Executor):
-    """The executor, reporting what it applied. The controller is set once it exists."""
-
-    def __init__(self, *args: Any, metrics: Metrics, config: OperatorConfig, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.metrics = metrics
-        self.config = config
-        self.cache: Cache | None = None
-
-    async def apply(self, job: dict[str, Any], actions: Sequence[Action], writes: JobWrites | None = None) -> Outcome:
-        outcome = await super().apply(job, actions, writes)
-        if self.cache is not None:
-            try:
-                self.metrics.applied(self.cache, self.config, job, actions[: outcome.applied])
-            except Exception:  # metrics must never break a reconcile
-                log.exception("metrics: could not account for applied actions")
-        if outcome.conflict is not None:
-            self.metrics.reconcile_conflicts.inc()
-        return outcome
-
-
-class InstrumentedController(Controller):
-    """The controller, timing each reconcile and counting failures."""
-
-    def __init__(self, *args: Any, metrics: Metrics, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.metrics = metrics
-
-    async def reconcile(self, key: Key, priority: int = NORMAL) -> Result:
-        started = time.perf_counter()
-        try:
-            return await super().reconcile(key, priority)
-        except Exception:
-            self.metrics.reconcile_errors.inc()
-            raise
-        finally:
-            self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
