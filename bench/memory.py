@@ -383,18 +383,19 @@ async def _fill(where: Path, phases: dict[str, int], heap_mode: str) -> dict[str
 
     from prometheus_client import generate_latest
 
+    from mpijob.executor.apply import Executor
     from mpijob.planner.snapshot import OperatorConfig
     from mpijob.runtime import heap, informer
-    from mpijob.runtime.metrics import InstrumentedController, InstrumentedExecutor, Metrics
+    from mpijob.runtime.controller import Controller
+    from mpijob.runtime.metrics import Metrics
 
     api = ApiStandIn(where)
     config = OperatorConfig()
     metrics = Metrics()
-    executor = InstrumentedExecutor(api, metrics=metrics, config=config)  # type: ignore[arg-type]
+    executor = Executor(api)  # type: ignore[arg-type]
     # The world's clock: the bodies' times are its "now", so the jobs are steady at it.
     now = datetime(2026, 3, 1, 12, 0, 30, tzinfo=UTC)
-    controller = InstrumentedController(executor, config, clock=lambda: now, metrics=metrics)
-    executor.cache = controller.cache
+    controller = Controller(executor, config, clock=lambda: now, observer=metrics)
     metrics.attach(controller)
     metrics.register(controller, config)
     controller.leading.set()
@@ -430,8 +431,9 @@ async def _fill(where: Path, phases: dict[str, int], heap_mode: str) -> dict[str
     outcomes: dict[str, int] = {}
     for key in controller.cache.mpijob_keys():
         try:
-            again = await controller.reconcile(key)
-            outcomes["requeue" if again is not None else "done"] = outcomes.get("requeue" if again else "done", 0) + 1
+            result = await controller.reconcile(key)
+            asked = result.requeue_after is not None or result.backoff or result.clear_stall
+            outcomes["requeue" if asked else "done"] = outcomes.get("requeue" if asked else "done", 0) + 1
         except Exception as err:  # a refused write
             outcomes[type(err).__name__] = outcomes.get(type(err).__name__, 0) + 1
     generate_latest(metrics.registry)  # a scrape: the collectors walk the cache
@@ -468,8 +470,9 @@ def structures(state: dict[str, Any]) -> dict[str, int]:
     out = {f"cache {name}": _deep_size(store, seen) for name, store in cache.indexes.items()}
     out["cache pod refs (owner, node)"] = sum(_deep_size(getattr(cache, a), seen) for a in ("_by_owner", "_by_node"))
     out["fingerprints"] = _deep_size(controller.fingerprints, seen)
-    out["expectations"] = _deep_size(vars(controller.expectations), seen)
-    out["metrics stamps"] = _deep_size(vars(state["metrics"].stamps), seen)
+    # Per job: expectations, spin guard, backoff and the metrics' stamps (runtime/record.py).
+    out["job records"] = _deep_size(list(controller.records), seen)
+    out["metrics stamps (nodes)"] = _deep_size(vars(state["metrics"].stamps), seen)
     out["work queue"] = _deep_size(vars(controller.queue), seen)
     return out
 

@@ -16,7 +16,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from mpijob.planner.plan import plan
-from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime.cache import Cache
 from mpijob.runtime.metrics import Metrics, _CacheCollector, _JobStateCollector
 from unit.builders import mpijob, snap, worker
@@ -38,10 +37,9 @@ def main() -> None:
     for pod in pods:
         cache.indexes["pods"][(pod["metadata"]["namespace"], pod["metadata"]["name"])] = pod
     metrics = Metrics()
-    config = OperatorConfig()
     n = args.rounds
     t_plan = timeit.timeit(lambda: plan(snapshot), number=n) / n
-    t_applied = timeit.timeit(lambda: metrics.applied(cache, config, job, actions), number=n) / n
+    t_applied = timeit.timeit(lambda: metrics.applied(cache, job, actions), number=n) / n
     t_api = timeit.timeit(lambda: metrics.api_response("PATCH", "/api/v1/namespaces/a/pods/p", 200), number=n) / n
     print("| measure | per call | ratio to plan() |\n|---|---|---|")
     print(f"| plan() ({len(actions)} actions) | {t_plan * 1e6:.1f} us | 1 |")

@@ -1,7 +1,7 @@
-"""The runtime's Expectations: a job whose last reconcile deleted pods is not planned again until the cache
-shows each of them terminating or gone. Found by bench/scale.py: when the cache was a moment behind, the
-next reconcile saw a deleted worker still serving and deleted it again (a second DELETE, Event and launcher
-patch, in 13 of 500 jobs)."""
+"""The runtime's expectations (runtime/record.py:JobRecord): a job whose last reconcile deleted pods is not
+planned again until the cache shows each of them terminating or gone. Found by bench/scale.py: when the
+cache was a moment behind, the next reconcile saw a deleted worker still serving and deleted it again (a
+second DELETE, Event and launcher patch, in 13 of 500 jobs)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 from mpijob.executor.apply import Executor, Outcome
 from mpijob.planner.actions import Delete
-from mpijob.runtime import controller as runtime
-from mpijob.runtime.controller import Expectations
+from mpijob.runtime import record as runtime
+from mpijob.runtime.record import JobRecord
 
 from .builders import foreign_pod
 from .world import World, WorldApi
@@ -40,9 +40,9 @@ def _pod(uid: str, terminating: bool = False) -> dict[str, Any]:
     return {"metadata": meta}
 
 
-def _deleted(*pods: tuple[str, str | None]) -> Expectations:
-    expectations = Expectations()
-    expectations.remember(KEY, Outcome(deleted_pods=list(pods)))
+def _deleted(*pods: tuple[str, str | None]) -> JobRecord:
+    expectations = JobRecord()
+    expectations.remember(Outcome(deleted_pods=list(pods)))
     return expectations
 
 
@@ -63,7 +63,7 @@ def test_a_job_waits_while_the_cache_shows_a_pod_it_deleted_as_still_serving() -
 def test_a_job_is_planned_once_the_cache_shows_its_deleted_pods_terminating_or_gone(seen: dict[str, Any]) -> None:
     expectations = _deleted(("pi-worker-1", "u1"))
     assert expectations.wait(KEY, JOB, Cache(seen)) is None  # type: ignore[arg-type]
-    assert KEY not in expectations.deleted
+    assert expectations.deleted is None
 
 
 def test_the_wait_for_a_deleted_pod_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,6 @@ from prometheus_client import generate_latest
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
 from mpijob.planner.actions import Create, Delete, Emit, Patch
-from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime.cache import Cache
 from mpijob.runtime.metrics import Metrics, _CacheCollector, _JobStateCollector, resource_of, signal_label
 
@@ -70,9 +69,9 @@ def test_reference_counters_count_condition_flips_not_status_writes() -> None:
         {"status": {"conditions": [{"type": "Created", "status": "True"}]}},
         subresource="status",
     )
-    m.applied(_cache([]), OperatorConfig(), _bare_job(), [created])
+    m.applied(_cache([]), _bare_job(), [created])
     # A later status write that still says Created is not a new job.
-    m.applied(_cache([]), OperatorConfig(), _bare_job(conditions=[{"type": "Created", "status": "True"}]), [created])
+    m.applied(_cache([]), _bare_job(conditions=[{"type": "Created", "status": "True"}]), [created])
     assert _value(m, "mpi_operator_jobs_created_total") == 1
     done = Patch(
         API_VERSION,
@@ -81,7 +80,7 @@ def test_reference_counters_count_condition_flips_not_status_writes() -> None:
         {"status": {"conditions": [{"type": "Created", "status": "True"}, {"type": "Failed", "status": "True"}]}},
         subresource="status",
     )
-    m.applied(_cache([]), OperatorConfig(), _bare_job(conditions=[{"type": "Created", "status": "True"}]), [done])
+    m.applied(_cache([]), _bare_job(conditions=[{"type": "Created", "status": "True"}]), [done])
     assert _value(m, "mpi_operator_jobs_failed_total") == 1
     assert _value(m, "mpi_operator_jobs_successful_total") == 0
 
@@ -104,12 +103,12 @@ def test_node_signal_timings_run_from_first_seen_taint_to_discovery_to_delete() 
     )
     cm = Patch("v1", "ConfigMap", "j-config", {"data": {}})
     clock.now = 100.25
-    m.applied(cache, OperatorConfig(), _bare_job(), [leave, cm, Emit("Normal", "WorkersLeaving", "x")])
+    m.applied(cache, _bare_job(), [leave, cm, Emit("Normal", "WorkersLeaving", "x")])
     sig = "taint:aws-node-termination-handler/spot-itn"
     assert _value(m, "mpijob_elastic_scale_in_decisions_total", signal=sig) == 1
     assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_sum", signal=sig) == 0.25
     clock.now = 110.25
-    m.applied(cache, OperatorConfig(), _bare_job(), [Delete("v1", "Pod", "j-worker-0", uid="u")])
+    m.applied(cache, _bare_job(), [Delete("v1", "Pod", "j-worker-0", uid="u")])
     assert _value(m, "mpijob_elastic_workers_removed_total", signal=sig) == 1
     assert _value(m, "mpijob_elastic_discovery_to_deleted_seconds_sum", signal=sig) == 10.0
     assert _value(m, "mpijob_elastic_signal_to_deleted_seconds_sum", signal=sig) == 10.25
@@ -120,7 +119,7 @@ def test_a_disrupted_worker_is_labelled_disruption_target_and_timed_from_the_pla
     m = Metrics()
     clock = Clock()
     m.clock = clock
-    m.stamps.generations[("ns", "j")] = (3, 5.0)
+    m.records.of(("ns", "j")).stamps.generation = (3, 5.0)
     cache = _cache([_pod("j-worker-2", "n1")])
     cm = Patch("v1", "ConfigMap", "j-config", {"data": {}})
     leave = Patch(
@@ -133,12 +132,12 @@ def test_a_disrupted_worker_is_labelled_disruption_target_and_timed_from_the_pla
             }
         },
     )
-    m.applied(cache, OperatorConfig(), _bare_job(), [cm, leave])  # the discovery write goes first (urgent)
+    m.applied(cache, _bare_job(), [cm, leave])  # the discovery write goes first (urgent)
     assert _value(m, "mpijob_elastic_scale_in_decisions_total", signal="disruption-target") == 1
     assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_count", signal="disruption-target") == 1
     assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_sum", signal="disruption-target") == 0.0
     clock.now = 130.0
-    m.applied(cache, OperatorConfig(), _bare_job(), [Delete("v1", "Pod", "j-worker-2", uid="u")])
+    m.applied(cache, _bare_job(), [Delete("v1", "Pod", "j-worker-2", uid="u")])
     assert _value(m, "mpijob_elastic_workers_removed_total", signal="disruption-target") == 1
     assert _value(m, "mpijob_elastic_signal_to_deleted_seconds_sum", signal="disruption-target") == 30.0
 
@@ -154,10 +153,10 @@ def test_a_worker_is_out_of_discovery_only_once_the_config_map_is_written() -> N
         "j-worker-3",
         {"metadata": {"annotations": {c.ANNOTATION_LEAVING_SINCE: "t", c.ANNOTATION_LEAVING_REASON: "scale-down"}}},
     )
-    m.applied(cache, OperatorConfig(), _bare_job(), [leave])  # stopped (409) before the ConfigMap write
+    m.applied(cache, _bare_job(), [leave])  # stopped (409) before the ConfigMap write
     assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_count", signal="scale-down") == 0
     clock.now = 101.0
-    m.applied(cache, OperatorConfig(), _bare_job(), [Create({"kind": "ConfigMap", "metadata": {"name": "j-config"}})])
+    m.applied(cache, _bare_job(), [Create({"kind": "ConfigMap", "metadata": {"name": "j-config"}})])
     assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_count", signal="scale-down") == 1
     assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_sum", signal="scale-down") == 1.0
 
@@ -236,7 +235,7 @@ def test_regrow_probes_are_counted_created_timed_out_and_bound_and_the_gauges_re
 
     def step(seconds: float) -> None:
         before = copy.deepcopy(world.job("pi"))
-        m.applied(cache, OperatorConfig(), before, world.reconcile("pi"))
+        m.applied(cache, before, world.reconcile("pi"))
         world.bind_pending()
         world.kubelet()
         world.advance(seconds)

@@ -1,28 +1,42 @@
-"""The metrics' leaving workers, indexed by job: what `leaving_of` gives is always what a scan of every
-leaving worker would (each applied batch reads its own job's; the scan was O(every leaving worker))."""
+"""The metrics' leaving workers are kept in their job's record (runtime/record.py): each applied batch reads
+its own job's (no scan of every leaving worker, no second index to keep in step), and a worker that went away
+without us deleting it is forgotten at its job's next batch (bounded memory)."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from mpijob.runtime.metrics import _Leaving, _Stamps
-
-_op = st.tuples(st.sampled_from(["mark", "unmark"]), st.sampled_from(["ns-a", "ns-b"]), st.integers(0, 5))
+from mpijob.api import constants as c
+from mpijob.planner.actions import Patch
+from mpijob.runtime.cache import Cache
+from mpijob.runtime.metrics import Metrics
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(_op, max_size=60))
-def test_leaving_of_a_job_is_what_a_scan_of_every_leaving_worker_finds(ops: list[tuple[str, str, int]]) -> None:
-    stamps = _Stamps()
-    for op, namespace, n in ops:
-        key = (namespace, f"job{n % 2}-worker-{n}")
-        if op == "mark":
-            stamps.mark_leaving(key, _Leaving(f"job{n % 2}", "spot", 0.0))
-        else:
-            stamps.unmark_leaving(key)
-        for ns in ("ns-a", "ns-b"):
-            for job in ("job0", "job1"):
-                scanned = {k for k, v in stamps.leaving.items() if v.job == job and k[0] == ns}
-                assert {k for k, _ in stamps.leaving_of(ns, job)} == scanned
-    assert all(names for names in stamps.leaving_by_job.values()), "no empty entry is kept (bounded memory)"
+def _cache(*names: str) -> Cache:
+    cache = Cache()
+    for index in Cache.INDEXES:
+        cache.indexes[index] = {}
+    for name in names:
+        pod = {"metadata": {"name": name, "namespace": "ns"}, "status": {"phase": "Running"}}
+        cache.indexes["pods"][("ns", name)] = pod
+    return cache
+
+
+def _job(name: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "namespace": "ns", "generation": 1}, "spec": {}, "status": {}}
+
+
+def _leave(pod: str) -> Patch:
+    annotations = {c.ANNOTATION_LEAVING_SINCE: "t", c.ANNOTATION_LEAVING_REASON: "scale-down"}
+    return Patch("v1", "Pod", pod, {"metadata": {"annotations": annotations}})
+
+
+def test_leaving_workers_are_kept_by_job_and_forgotten_once_gone() -> None:
+    m = Metrics()
+    cache = _cache("a-worker-1", "b-worker-1")
+    m.applied(cache, _job("a"), [_leave("a-worker-1")])
+    m.applied(cache, _job("b"), [_leave("b-worker-1")])
+    assert set(m.records.of(("ns", "a")).stamps.leaving) == {"a-worker-1"}
+    assert set(m.records.of(("ns", "b")).stamps.leaving) == {"b-worker-1"}
+    del cache.indexes["pods"][("ns", "a-worker-1")]
+    m.applied(cache, _job("a"), [])
+    assert m.records.of(("ns", "a")).stamps.leaving == {}
+    assert set(m.records.of(("ns", "b")).stamps.leaving) == {"b-worker-1"}, "another job's batch reads only its own"

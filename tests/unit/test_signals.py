@@ -15,6 +15,7 @@ from mpijob.planner.actions import Patch
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime.controller import Controller
 from mpijob.runtime.kinds import BY_KIND
+from mpijob.runtime.record import JobRecord
 from mpijob.runtime.signals import event_priority
 from mpijob.runtime.workqueue import NORMAL, SIGNAL
 
@@ -135,7 +136,7 @@ def test_a_users_edit_of_the_mpijob_is_a_signal_and_our_own_record_is_not() -> N
     assert _queued_at(users, job, _edited(job, "11")) == SIGNAL
 
     ours = _controller()
-    ours.executor.job_writes.written[key] = 11  # our record's patch answered with version 11
+    ours.records.of(key).job_rv = 11  # our record's patch answered with version 11
     assert _queued_at(ours, job, _edited(job, "11")) == NORMAL
     later = _edited(job, "12")
     later["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 3
@@ -148,7 +149,7 @@ def test_an_edit_that_comes_while_we_write_the_job_is_read_as_our_echo() -> None
     job = mpijob(workers=2)
     job["metadata"]["resourceVersion"] = "10"
     controller = _controller()
-    controller.executor.job_writes.in_flight[(job["metadata"]["namespace"], job["metadata"]["name"])] = 1
+    controller.records.of((job["metadata"]["namespace"], job["metadata"]["name"])).job_writing = 1
     assert _queued_at(controller, job, _edited(job, "11")) == NORMAL
 
 
@@ -157,18 +158,18 @@ def test_the_executor_counts_a_job_write_in_flight_and_keeps_the_version_it_made
     executor = Executor(RecordingClient(), post_events=False)  # type: ignore[arg-type]
     job = mpijob(workers=2)
     job["metadata"]["resourceVersion"] = "10"
-    key = (job["metadata"]["namespace"], job["metadata"]["name"])
+    kept = JobRecord()
     original = executor.client.merge_patch
 
     async def patch(path: str, body: Any, **kw: Any) -> Any:
-        seen.append(executor.job_writes.in_flight.get(key, 0))
+        seen.append(kept.job_writing)
         await original(path, body, **kw)
         return {"metadata": {"resourceVersion": "42"}}
 
     executor.client.merge_patch = patch  # type: ignore[method-assign]
     record = Patch("kubeflow.org/v2beta1", "MPIJob", job["metadata"]["name"], {"spec": {}}, resource_version="10")
-    asyncio.run(executor.apply(job, [record]))
+    asyncio.run(executor.apply(job, [record], kept))
 
-    assert seen == [1] and executor.job_writes.in_flight == {}
-    assert executor.job_writes.written == {key: 42}
-    assert executor.job_writes.echo(key, "42") and not executor.job_writes.echo(key, "43")
+    assert seen == [1] and kept.job_writing == 0
+    assert kept.job_rv == 42
+    assert kept.echo("42") and not kept.echo("43")

@@ -18,9 +18,10 @@ from mpijob.executor.apply import Executor, Outcome
 from mpijob.planner.actions import Defer, Patch, Plan
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import slim
-from mpijob.runtime.controller import Controller, Requeue
+from mpijob.runtime.controller import Controller
 from mpijob.runtime.kinds import BY_KIND
 from mpijob.runtime.metrics import Metrics
+from mpijob.runtime.record import JobRecord
 from mpijob.runtime.spin import SPIN_THRESHOLD, SpinGuard
 from mpijob.runtime.workqueue import DISCOVERY, LOW, NORMAL, SIGNAL
 
@@ -87,7 +88,7 @@ def test_a_held_back_job_is_counted_in_the_metrics() -> None:
 def test_a_held_back_job_resumes_and_clears_its_condition_once_its_writes_take_effect() -> None:
     h, metrics = _spinning()
     operate(h, 1.0, start=True)
-    assert h.controller.spin.held(("team-a", "pi")) is not None
+    assert h.controller.spin.held(h.controller.records.get(("team-a", "pi"))) is not None
     # The cache shows the ConfigMap's data again (a relist with a fixed cache): the plan changes.
     w = h.controller.by_kind["ConfigMap"]
     h.controller.by_kind["ConfigMap"] = replace(w, slim=lambda body: slim.owned_object(body, "ConfigMap"))
@@ -119,22 +120,22 @@ def _patch(data: str) -> Patch:
 
 def test_the_guard_holds_only_the_same_writes_at_the_same_job_version_repeated() -> None:
     assert SPIN_THRESHOLD == 5
-    guard, key = SpinGuard(), ("ns", "pi")
+    guard, record = SpinGuard(), JobRecord()
     for _ in range(SPIN_THRESHOLD - 1):
-        assert guard.observe(key, "10", [_patch("a"), Defer()]) is None
-    assert guard.held(key) is None
+        assert guard.observe(record, "10", [_patch("a"), Defer()]) is None
+    assert guard.held(record) is None
     # Another write, or a newer job, starts the count again.
-    assert guard.observe(key, "10", [_patch("b")]) is None
+    assert guard.observe(record, "10", [_patch("b")]) is None
     for rv in range(11, 11 + 2 * SPIN_THRESHOLD):
-        assert guard.observe(key, str(rv), [_patch("b")]) is None
+        assert guard.observe(record, str(rv), [_patch("b")]) is None
     for _ in range(SPIN_THRESHOLD - 1):
-        guard.observe(key, "99", [_patch("b")])
-    message = guard.observe(key, "99", [replace(_patch("b"), resource_version="8")])
+        guard.observe(record, "99", [_patch("b")])
+    message = guard.observe(record, "99", [replace(_patch("b"), resource_version="8")])
     assert message is not None and "Patch ConfigMap pi-config" in message, "preconditions aside"
-    assert guard.observe(key, "99", [_patch("b")]) is None, "said once per hold"
-    assert guard.held(key) == message
+    assert guard.observe(record, "99", [_patch("b")]) is None, "said once per hold"
+    assert guard.held(record) == message
     # A pass that plans no write ends the hold.
-    assert guard.observe(key, "99", []) is None and guard.held(key) is None
+    assert guard.observe(record, "99", []) is None and guard.held(record) is None
     assert guard.spins == 1
 
 
@@ -150,8 +151,8 @@ def _held_controller() -> tuple[Controller, tuple[str, str]]:
     controller.observed(BY_KIND["MPIJob"], "ADDED", BY_KIND["MPIJob"].slim(job))
     key = (job["metadata"]["namespace"], job["metadata"]["name"])
     for _ in range(SPIN_THRESHOLD):
-        controller.spin.observe(key, "10", [_patch("a")])
-    assert controller.spin.held(key) is not None
+        controller.spin.observe(controller.records.of(key), "10", [_patch("a")])
+    assert controller.spin.held(controller.records.get(key)) is not None
     return controller, key
 
 
@@ -159,16 +160,16 @@ def _held_controller() -> tuple[Controller, tuple[str, str]]:
     "outcome,priority,expected",
     [
         # A node signal's pass writes discovery and defers, with launcher nudges still to go: DISCOVERY.
-        (Outcome(deferred=True, applied=1), SIGNAL, Requeue(0.0, DISCOVERY)),
+        (Outcome(deferred=True, applied=1), SIGNAL, DISCOVERY),
         # A 409 keeps the pass's own priority.
-        (Outcome(conflict="409 Conflict"), SIGNAL, Requeue(0.0, SIGNAL)),
+        (Outcome(conflict="409 Conflict"), SIGNAL, SIGNAL),
         # Nothing else to do: one prompt pass clears the ReconcileStalled condition.
-        (Outcome(applied=1), SIGNAL, Requeue(0.0, NORMAL)),
-        (Outcome(applied=1, requeue_after=30.0), LOW, Requeue(0.0, NORMAL)),
+        (Outcome(applied=1), SIGNAL, NORMAL),
+        (Outcome(applied=1, requeue_after=30.0), LOW, NORMAL),
     ],
 )
 def test_a_pass_that_ends_a_hold_asks_for_a_prompt_pass_without_lowering_its_own_requeue(
-    outcome: Outcome, priority: int, expected: Requeue
+    outcome: Outcome, priority: int, expected: int
 ) -> None:
     """The hold's end asks for one prompt pass (NORMAL) to clear the condition, merged with the pass's own
     requeue as the queue merges two adds (the higher priority, the earlier time). The first version returned
@@ -182,6 +183,10 @@ def test_a_pass_that_ends_a_hold_asks_for_a_prompt_pass_without_lowering_its_own
         return outcome, plan
 
     controller._plan_and_apply = plan_and_apply  # type: ignore[method-assign]
-    again = asyncio.run(controller.reconcile(key, priority))
-    assert controller.spin.held(key) is None, "the hold ended"
-    assert again == expected
+    result = asyncio.run(controller.reconcile(key, priority))
+    assert controller.spin.held(controller.records.get(key)) is None, "the hold ended"
+    controller.queue.take_pending()  # what the job's own events queued
+    controller.queue.add(key, LOW, 60.0)  # an event meanwhile, merged too
+    controller._requeue(key, result)
+    # One entry, due now (the prompt pass), at the higher of the two priorities asked.
+    assert controller.queue.get_nowait() == (key, expected)

@@ -95,15 +95,16 @@ def test_passes_below_discovery_hold_at_most_limit_reconcilers_and_signals_pass_
     assert queue.get_nowait() == ("rest-2", NORMAL)
 
 
-def test_a_failed_key_backs_off_exponentially_at_its_priority_until_forgotten() -> None:
+def test_a_failed_key_backs_off_exponentially_by_its_failures_in_a_row_at_its_priority() -> None:
     queue, clock = _queue()
-    delays = [queue.add_rate_limited("j", SIGNAL) for _ in range(3)]
+    delays = [queue.add_rate_limited("j", SIGNAL, failures) for failures in range(3)]
     assert delays == [0.05, 0.1, 0.2]
     clock.now += 0.05
     assert queue.get_nowait() == ("j", SIGNAL)
     queue.done("j")
-    queue.forget("j")
-    assert queue.add_rate_limited("j") == 0.05
+    # The failures in a row are the job's record's (runtime/record.py): forgotten, they start again at 0.
+    assert queue.add_rate_limited("j", NORMAL, 0) == 0.05
+    assert queue.add_rate_limited("j", NORMAL, 10_000) == queue.max_delay, "capped, however many"
 
 
 def test_a_reconciler_waiting_in_get_wakes_when_a_delayed_key_is_due() -> None:
@@ -212,6 +213,7 @@ def test_the_queue_loses_no_key_runs_none_twice_and_takes_the_highest_ready_prio
 ) -> None:
     queue, clock = _queue(limit)
     model = Model(limit)
+    failures: dict[str, int] = {}
     for op in ops:
         if op[0] == "add":
             _, key, priority, delay = op
@@ -226,7 +228,8 @@ def test_the_queue_loses_no_key_runs_none_twice_and_takes_the_highest_ready_prio
             key = sorted(model.running, key=str)[op[1] % len(model.running)]
             if op[0] == "fail":
                 priority = model.running[key]
-                model.add(key, priority, clock.now + queue.add_rate_limited(key, priority))
+                failures[key] = failures.get(key, -1) + 1
+                model.add(key, priority, clock.now + queue.add_rate_limited(key, priority, failures[key]))
             queue.done(key)
             del model.running[key]
         elif op[0] == "tick":

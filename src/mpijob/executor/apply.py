@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from mpijob.api.constants import EVENT_SOURCE, JOB_CREATED_REASON
 from mpijob.api.models import API_VERSION
@@ -103,18 +103,22 @@ class Outcome:
     created: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
 
+class JobWrites(Protocol):
+    """Where a batch reports its writes of the MPIJob as they happen, before anything else of the batch
+    awaits (the runtime's per-job record: runtime/record.py): how many are in flight, and the version the last
+    one made (the cache must show it before the job is planned again; a job event carrying a version we made,
+    or coming while we write the job, is the echo of our own write: runtime/signals.py)."""
+
+    job_writing: int
+    job_rv: int
+
+
 @dataclass
-class JobWrites:
-    """Our writes of MPIJobs, for the watch side: the version each job's last write made (the cache must show
-    it before the job is planned again: runtime/controller.py `Expectations`), and the writes in flight. A
-    job's event that carries a version we made, or comes while we write the job, is the echo of our own write
-    (its priority: runtime/signals.py)."""
+class _Unrecorded:
+    """The writes of a batch nobody keeps a record for (a test's, a tool's)."""
 
-    written: dict[tuple[str, str], int] = field(default_factory=dict)
-    in_flight: dict[tuple[str, str], int] = field(default_factory=dict)
-
-    def echo(self, key: tuple[str, str], rv: Any) -> bool:
-        return self.in_flight.get(key, 0) > 0 or 0 < resource_version_number(rv) <= self.written.get(key, 0)
+    job_writing: int = 0
+    job_rv: int = 0
 
 
 @dataclass
@@ -125,6 +129,8 @@ class _Batch:
     job_name: str
     # The MPIJob's resourceVersion that the next optimistic write to it must carry.
     job_rv: Any
+    # Where its MPIJob writes are reported as they happen.
+    writes: JobWrites = field(default_factory=_Unrecorded)
     outcome: Outcome = field(default_factory=Outcome)
     # Of every other object this batch patched, by (kind, name): the resourceVersion our patch made. A later
     # optimistic write to the same object in the batch carries it instead of the one the plan read (the
@@ -160,9 +166,9 @@ class Executor:
         *,
         post_events: bool = True,
         events: EventPoster | None = None,
+        update_kinds: frozenset[str] = frozenset(),
     ) -> None:
         self.client = client
-        self.job_writes = JobWrites()
         # Posts Events off the reconcile path (the operator's); None: each Event is awaited in its reconcile.
         self.events = events
         self.post_events = post_events
@@ -171,11 +177,14 @@ class Executor:
         self.fence: Callable[[], bool] | None = None
         # Kinds written by read-then-update: the operator may `update` them but not `patch` them (the
         # reference's ClusterRole; runtime/permissions.py).
-        self.update_kinds: frozenset[str] = frozenset()
+        self.update_kinds = update_kinds
 
-    async def apply(self, job: dict[str, Any], actions: Sequence[Action]) -> Outcome:
+    async def apply(self, job: dict[str, Any], actions: Sequence[Action], writes: JobWrites | None = None) -> Outcome:
+        """Applies `actions` to `job`'s objects, reporting its MPIJob writes into `writes` as they happen."""
         meta = job.get("metadata") or {}
         batch = _Batch(str(meta.get("namespace")), str(meta.get("name")), meta.get("resourceVersion"))
+        if writes is not None:
+            batch.writes = writes
         await self._apply(batch, actions)
         for event in batch.folded_events():
             await self._event(job, event)
@@ -339,19 +348,15 @@ class Executor:
     async def _patch_job(self, batch: _Batch, action: Patch, made: Any, write_class: WriteClass) -> Any:
         """A patch of the batch's MPIJob, counted in flight until its answer, and its new version kept
         (`JobWrites`), before anything else of this batch awaits."""
-        key = (batch.namespace, batch.job_name)
-        writes = self.job_writes
-        writes.in_flight[key] = writes.in_flight.get(key, 0) + 1
+        writes = batch.writes
+        writes.job_writing += 1
         try:
             result = await self._patch(batch.namespace, action, made, write_class)
         finally:
-            if (left := writes.in_flight[key] - 1) > 0:
-                writes.in_flight[key] = left
-            else:
-                del writes.in_flight[key]
+            writes.job_writing -= 1
         version = (result.get("metadata") or {}).get("resourceVersion") if isinstance(result, dict) else None
         if resource_version_number(version):
-            writes.written[key] = resource_version_number(version)
+            writes.job_rv = resource_version_number(version)
         return result
 
     async def _patch(self, namespace: str, action: Patch, made: Any, write_class: WriteClass) -> Any:

@@ -2,14 +2,16 @@
 them) each take one key at a time and run one pass for it.
 
 A pass, `reconcile(key)`: cache -> plan -> apply -> remember: a snapshot from the cache (once it shows our
-last writes: `Expectations`), the pure plan(snapshot), the executor applying it, and what the writes taught
-us kept for the next pass. The informers feed the cache (`replaced`, `observed`); only the executor writes.
+last writes: the job's record, runtime/record.py), the pure plan(snapshot), the executor applying it, and
+what the writes taught us kept in the job's record for the next pass. The informers feed the cache
+(`replaced`, `observed`); only the executor writes.
 
 The order of work (docs/design.md, "The order of work"):
 - `observed` queues an event's jobs at its priority (runtime/signals.py; LOW until every informer has
   listed), a pod's mere progress `progress_batch` seconds later; at start every cached job once, at LOW;
-- a pass returns when and at which priority it wants the next (`Requeue`, `_next_look`); one that raised
-  backs off at its own priority (`_failed`);
+- a pass returns when and at which priority it wants the next (`Result`: `_next_look`), or to be retried
+  after the job's backoff (held back by the spin guard); one that raised backs off at its own priority
+  (`_failed`); the queue merges what a pass asks with what events asked meanwhile (`_requeue`);
 - the queue (runtime/workqueue.py) does the rest; passes below DISCOVERY hold at most half the reconcilers.
 """
 
@@ -21,11 +23,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, cast
+from typing import Any, Protocol, cast
 
 import orjson
 
-from mpijob.api.objects import Obj, is_terminating, meta, resource_version_number
+from mpijob.api.objects import Obj, meta
 from mpijob.executor.apply import Executor, Outcome
 from mpijob.executor.client import ApiError
 from mpijob.planner.actions import Action, Plan
@@ -35,14 +37,13 @@ from mpijob.planner.snapshot import OperatorConfig, format_time
 from mpijob.runtime.cache import Cache, Key
 from mpijob.runtime.informer import Informer, ident, same_version
 from mpijob.runtime.kinds import Watched, watched
+from mpijob.runtime.record import JobRecord, Records
 from mpijob.runtime.signals import event_priority, only_progress
 from mpijob.runtime.spin import SpinGuard
 from mpijob.runtime.workqueue import DISCOVERY, LOW, NORMAL, WorkQueue
 
 log = logging.getLogger("mpijob.controller")
 
-# How long a reconcile waits for the cache to show pods it created before planning anyway.
-EXPECTATION_TIMEOUT = 10.0
 # Rounds of live reads one reconcile may do before planning (each round is bounded by the planner).
 CONFIRM_ROUNDS = 3
 # A pod event that only moves a pod forward (bound, Running, an IP, Ready) queues its job this much later,
@@ -60,15 +61,28 @@ def _fingerprint(view: dict[str, Any]) -> int:
     return hash(orjson.dumps({**view, "metadata": meta}, default=repr))
 
 
-class Requeue(NamedTuple):
-    """When a job wants its next pass, and at which queue priority (runtime/workqueue.py)."""
+class Observer(Protocol):
+    """Who watches the runtime work (runtime/metrics.py:Metrics), attached by composition
+    (`Controller(..., observer=...)`): told of every batch the executor applied (the actions applied, in
+    order, and their outcome) and of every pass (its time, and whether it raised)."""
 
-    delay: float
-    priority: int
+    def batch(self, cache: Cache, job: Obj, applied: Sequence[Action], outcome: Outcome) -> None: ...
+
+    def reconciled(self, seconds: float, failed: bool) -> None: ...
 
 
-class Spinning(Exception):
-    """A pass repeated the same writes without effect (runtime/spin.py): the job is retried with backoff."""
+@dataclass(frozen=True)
+class Result:
+    """What one pass asks of the queue (runtime/workqueue.py; controller-runtime's `Result`): another pass
+    `requeue_after` seconds from now at `priority` (None: no pass asked for), or, with `backoff`, after the
+    job's backoff (held back by the spin guard: runtime/spin.py). `clear_stall`: the pass ended a hold, and
+    one prompt pass at NORMAL clears the ReconcileStalled condition (job_status.stall_cleared); the queue
+    merges it with the rest (the higher priority, the earlier time)."""
+
+    requeue_after: float | None = None
+    priority: int = NORMAL
+    backoff: bool = False
+    clear_stall: bool = False
 
 
 @dataclass
@@ -87,83 +101,6 @@ class Stats:
     started: float = field(default_factory=time.monotonic)
 
 
-@dataclass
-class Expectations:
-    """What a job's last reconcile wrote and the cache must show before the job is planned again, and what
-    it learnt that the cache cannot show (client-go's expectations, plus two hand-overs)."""
-
-    # resourceVersion we last wrote of the MPIJob (the executor's `JobWrites.written`, kept as each write
-    # answers) and of its discovery ConfigMap: a cache older than that is stale (our own watch event is on
-    # its way and will enqueue the job again), so planning on it would only cause a 409 or undo the write.
-    job_rv: dict[Key, int] = field(default_factory=dict)
-    config_map_rv: dict[Key, int] = field(default_factory=dict)
-    # Pods we created, until the cache shows them (or the deadline passes): planning before would count them
-    # as missing (Append would even pick new indexes for them).
-    pods: dict[Key, tuple[set[str], float]] = field(default_factory=dict)
-    # Pods we deleted, name -> uid, until the cache shows each terminating or gone (or the deadline passes):
-    # planning before would delete them again (a second DELETE, Event and launcher patch; seen at scale).
-    deleted: dict[Key, tuple[dict[str, str | None], float]] = field(default_factory=dict)
-    # uids of the objects we created (SSH Secrets: not watched), until the job's status records them, so a
-    # reconcile after a 409 on the status write still knows the Secret is ours.
-    created: dict[Key, dict[tuple[str, str], str | None]] = field(default_factory=dict)
-    # Answers of live reads (ConfirmAbsence) of a reconcile that ran out of rounds before its plan could
-    # be made, for the job's next reconcile (queued at once), until a plan is made: a job that needs more
-    # reads than one reconcile may make (more than CONFIRM_ROUNDS x MAX_CONFIRMATIONS workers gone while
-    # the operator was down) is planned after several reconciles instead of asking the same first reads
-    # forever. A carried answer may only be conservative when it ages: "gone" stays gone (a name of ours is
-    # not made again while no plan is made), "exists" at worst keeps a worker or node a plan longer.
-    carried_checks: dict[Key, dict[tuple[str, str], bool]] = field(default_factory=dict)
-
-    def forget(self, key: Key) -> None:
-        for kept in (self.job_rv, self.config_map_rv, self.pods, self.deleted, self.created, self.carried_checks):
-            kept.pop(key, None)
-
-    def wait(self, key: Key, job: Obj, cache: Cache) -> float | None:
-        """Seconds to wait before planning (the cache is behind our writes), or None: plan now."""
-        cached = resource_version_number(meta(job).get("resourceVersion"))
-        if cached < self.job_rv.get(key, 0):
-            log.debug("%s/%s: cache at rv %s, we wrote %s; waiting", *key, cached, self.job_rv.get(key))
-            return 1.0  # fallback only: the watch event for our write normally comes first
-        cm_version = cache.config_map_version(*key)
-        if cm_version is None:
-            self.config_map_rv.pop(key, None)  # gone: nothing to wait for (the plan makes it again)
-        elif resource_version_number(cm_version) < self.config_map_rv.get(key, 0):
-            log.debug("%s/%s: discovery ConfigMap cache behind our write; waiting", *key)
-            return 1.0  # likewise for the discovery write of a deferred reconcile
-        expected = self.pods.get(key)
-        if expected is not None:
-            names, deadline = expected
-            if time.monotonic() <= deadline and not all(cache.pod(key[0], n) is not None for n in names):
-                log.debug("%s/%s: waiting for the cache to show the pods we created", *key)
-                return 0.05  # our pod creates are not in the cache yet; their events will enqueue us too
-            del self.pods[key]
-        return self._deletions_seen(key, cache)
-
-    def _deletions_seen(self, key: Key, cache: Cache) -> float | None:
-        expected = self.deleted.get(key)
-        if expected is None:
-            return None
-        uids, deadline = expected
-
-        def seen(name: str, uid: str | None) -> bool:
-            pod = cache.pod(key[0], name)
-            return pod is None or is_terminating(pod) or (uid is not None and meta(pod).get("uid") != uid)
-
-        if time.monotonic() <= deadline and not all(seen(n, u) for n, u in uids.items()):
-            log.debug("%s/%s: waiting for the cache to show the pods we deleted", *key)
-            return 0.05  # their events will enqueue us too
-        del self.deleted[key]
-        return None
-
-    def remember(self, key: Key, outcome: Outcome) -> None:
-        if outcome.config_map_resource_version is not None:
-            self.config_map_rv[key] = resource_version_number(outcome.config_map_resource_version)
-        if outcome.created_pods:
-            self.pods[key] = (set(outcome.created_pods), time.monotonic() + EXPECTATION_TIMEOUT)
-        if outcome.deleted_pods:
-            self.deleted[key] = (dict(outcome.deleted_pods), time.monotonic() + EXPECTATION_TIMEOUT)
-
-
 class Controller:
     def __init__(
         self,
@@ -172,6 +109,7 @@ class Controller:
         *,
         reconcilers: int = 4,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        observer: Observer | None = None,
     ) -> None:
         # PodGroups are watched only with gang scheduling on: without it their CRD need not exist.
         self.kinds = watched(config)
@@ -185,9 +123,11 @@ class Controller:
         # How many reconciles run at once (coroutines taking job keys from the queue; not pods).
         self.reconcilers = reconcilers
         self.clock = clock
+        self.observer = observer
         self.stats = Stats()
         self.warm = asyncio.Event()
-        self.expectations = Expectations(job_rv=executor.job_writes.written)
+        # What the runtime remembers of each job between passes (runtime/record.py).
+        self.records = Records()
         # Jobs whose passes repeat the same writes without effect are held back (runtime/spin.py).
         self.spin = SpinGuard()
         self.leading = asyncio.Event()
@@ -228,7 +168,10 @@ class Controller:
             log.debug("MPIJob event %s %s rv=%s", type, key, obj["metadata"].get("resourceVersion"))
         for listener in self.listeners.get(w.kind, ()):
             listener(type, obj)
-        own = w.kind == "MPIJob" and self.executor.job_writes.echo(key, meta(obj).get("resourceVersion"))
+        record = self.records.get(key) if w.kind == "MPIJob" else None
+        own = record is not None and record.echo(meta(obj).get("resourceVersion"))
+        if w.kind == "MPIJob" and type == "DELETED":
+            self.records.forget(key)  # all the runtime remembers of the job goes with it
         priority = event_priority(w.kind, type, old, obj, own) if self.cache.ready else LOW
         delay = 0.0
         if self.progress_batch > 0 and w.kind == "Pod" and type != "DELETED" and only_progress(old, obj):
@@ -290,55 +233,52 @@ class Controller:
         self.warm.set()
 
     # -- work side ---------------------------------------------------------------------------------
-    async def reconcile(self, key: Key, priority: int = NORMAL) -> Requeue | None:
-        """One pass for one job, taken at `priority`: cache -> plan -> apply -> remember. Returns when and at
-        which priority the job wants another pass, if it does."""
+    async def reconcile(self, key: Key, priority: int = NORMAL) -> Result:
+        """One pass for one job, taken at `priority`: cache -> plan -> apply -> remember -> what it asks of the
+        queue. Raises what a write failed with (the reconciler backs off)."""
         job = self.cache.mpijob(key)
         if job is None:
             log.debug("%s/%s: not in the cache; nothing to do", *key)
-            self.expectations.forget(key)
-            self.spin.release(key)
-            return None
-        wait = self.expectations.wait(key, job, self.cache)
+            self.records.forget(key)
+            return Result()
+        record = self.records.of(key)
+        wait = record.wait(key, job, self.cache)
         if wait is not None:
-            return Requeue(wait, priority)  # the event of our own write comes first, as a rule
+            return Result(wait, priority)  # the event of our own write comes first, as a rule
         started = time.perf_counter()
-        held = self.spin.held(key)
+        held = self.spin.held(record)
         outcome, actions = await self._plan_and_apply(job, held)
         self.stats.reconciles += 1
         self.stats.writes += outcome.writes
         self.stats.reconcile_seconds += time.perf_counter() - started
-        self.expectations.remember(key, outcome)
-        if outcome.error is not None or outcome.conflict is not None:
-            self.spin.release(key)
-        else:
-            await self._guard(key, job, actions[: outcome.applied])
+        record.remember(outcome)
+        if outcome.error is not None:
+            self.spin.release(record)
+            raise outcome.error
+        if outcome.conflict is not None:
+            self.spin.release(record)
+        elif await self._holds(key, job, record, actions[: outcome.applied]):
+            return Result(priority=priority, backoff=True)
         again = self._next_look(key, outcome, actions, priority)
-        if held is not None and self.spin.held(key) is None:
-            # Held no more: one prompt pass clears the ReconcileStalled condition (job_status.stall_cleared),
-            # merged with the pass's own requeue as the queue merges two adds.
-            return Requeue(0.0, NORMAL if again is None else max(NORMAL, again.priority))
-        return again
+        # Held no more: one prompt pass clears the ReconcileStalled condition.
+        return replace(again, clear_stall=held is not None)
 
-    async def _guard(self, key: Key, job: Obj, applied: Sequence[Action]) -> None:
-        """The spin guard (runtime/spin.py): a job whose passes repeat the same writes at the same
-        resourceVersion is held back (raises Spinning: the reconciler retries it with backoff); the first
-        time, the ReconcileStalled condition and one Warning Event say what it waits for."""
-        message = self.spin.observe(key, str(job["metadata"].get("resourceVersion")), applied)
+    async def _holds(self, key: Key, job: Obj, record: JobRecord, applied: Sequence[Action]) -> bool:
+        """The spin guard (runtime/spin.py), on a pass whose writes landed: whether the job is held back (its
+        passes repeat the same writes at the same resourceVersion; retried with backoff). The pass that
+        starts a hold also writes the ReconcileStalled condition and one Warning Event saying what it waits
+        for (job_status.stalled: not the plan's, which is what repeats)."""
+        message = self.spin.observe(record, str(job["metadata"].get("resourceVersion")), applied)
         if message is not None:
             log.warning("%s/%s: held back: %s", *key, message)
-            outcome = await self.executor.apply(job, stalled(job, message, format_time(self.clock())))
-            self.spin.moved_to(key, outcome.job_resource_version)
-            self.expectations.remember(key, outcome)
-        held = self.spin.held(key)
-        if held is not None:
-            raise Spinning(held)
+            outcome = await self._apply(job, stalled(job, message, format_time(self.clock())), record)
+            self.spin.moved_to(record, outcome.job_resource_version)
+            record.remember(outcome)
+        return self.spin.held(record) is not None
 
-    def _next_look(self, key: Key, outcome: Outcome, actions: Sequence[Action], priority: int) -> Requeue | None:
+    def _next_look(self, key: Key, outcome: Outcome, actions: Sequence[Action], priority: int) -> Result:
         """When and at which priority the job's next pass comes, from this pass's outcome (docs/design.md, "The
-        order of work", rule 3); a pass that failed raises its error (the reconciler backs off)."""
-        if outcome.error is not None:
-            raise outcome.error
+        order of work", rule 3)."""
         if outcome.gone is not None:
             # A write found the object gone: the cache entry is a ghost (a watch gap). Drop it now rather
             # than retry the same write every 0.2 s until the next relist.
@@ -346,15 +286,15 @@ class Controller:
         if outcome.conflict is not None:
             self.stats.conflicts += 1
             log.debug("%s/%s: %s; will retry on fresh data", *key, outcome.conflict)
-            return Requeue(0.2, priority)
+            return Result(0.2, priority)
         if outcome.deferred:
             # The rest of a pass cut after its urgent writes: behind every signalled job, and ahead of the
             # ordinary rest while its launcher nudges are still to go (docs/design.md, "The order of work").
             urgent_rest = isinstance(actions, Plan) and actions.urgent_rest
-            return Requeue(0.0, DISCOVERY if urgent_rest else NORMAL)
+            return Result(0.0, DISCOVERY if urgent_rest else NORMAL)
         if outcome.more_reads:
-            return Requeue(0.0, priority)
-        return None if outcome.requeue_after is None else Requeue(outcome.requeue_after, NORMAL)
+            return Result(0.0, priority)
+        return Result(outcome.requeue_after, NORMAL)
 
     async def _plan_and_apply(self, job: dict[str, Any], held: str | None = None) -> tuple[Outcome, Sequence[Action]]:
         """plan -> apply; a plan that asks for live reads (ConfirmAbsence) gets them and is made again with
@@ -362,9 +302,11 @@ class Controller:
         outcome and the last plan applied. `held`: the spin guard holds the job back (Snapshot.held_back)."""
         meta = job["metadata"]
         key = (str(meta["namespace"]), str(meta["name"]))
-        checks: dict[tuple[str, str], bool] = self.expectations.carried_checks.pop(key, {})
+        record = self.records.of(key)
+        checks, record.carried_checks = record.carried_checks, {}
         recorded = (job.get("status") or {}).get("sshSecretUID")
-        created = {k: v for k, v in self.expectations.created.pop(key, {}).items() if v != recorded}
+        created = {k: v for k, v in record.created.items() if v != recorded}
+        record.created = {}
         for _ in range(CONFIRM_ROUNDS):
             snapshot = replace(
                 self.cache.snapshot(job, self.clock(), self.config),
@@ -382,7 +324,7 @@ class Controller:
                     meta.get("resourceVersion"),
                     [type(a).__name__ for a in actions] or "nothing",
                 )
-            outcome = await self.executor.apply(job, actions)
+            outcome = await self._apply(job, actions, record)
             created.update(outcome.created)
             refused = any(v is None for v in outcome.created.values())
             if (not outcome.absence_checks and not refused) or outcome.error is not None:
@@ -394,13 +336,24 @@ class Controller:
         else:
             if outcome.absence_checks and outcome.error is None:
                 # Out of rounds with the plan still asking: the next reconcile goes on from these answers.
-                self.expectations.carried_checks[key] = checks
+                record.carried_checks = checks
                 outcome.more_reads = True
         # Keep what was created until the status shows it; a refusal is retried on the next reconcile.
         kept: dict[tuple[str, str], str | None] = {k: v for k, v in created.items() if v is not None}
         if kept:
-            self.expectations.created[key] = kept
+            record.created = kept
         return outcome, actions
+
+    async def _apply(self, job: Obj, actions: Sequence[Action], record: JobRecord) -> Outcome:
+        """The executor applies `actions`, reporting the job's writes into its record; the observer hears
+        what was applied."""
+        outcome = await self.executor.apply(job, actions, record)
+        if self.observer is not None:
+            try:
+                self.observer.batch(self.cache, job, actions[: outcome.applied], outcome)
+            except Exception:  # an observer (the metrics) must never break a reconcile
+                log.exception("observer: could not account for the applied actions")
+        return outcome
 
     async def reconciler(self) -> None:
         await self.warm.wait()
@@ -414,25 +367,45 @@ class Controller:
                 self.queue.done(key)
                 await self.leading.wait()
                 continue
+            started, failed = time.perf_counter(), False
             try:
                 log.debug("reconcile %s/%s", *key)
-                again = await self.reconcile(key, priority)
+                result = await self.reconcile(key, priority)
             except Exception as err:
+                failed = True
                 self._failed(key, priority, err)
             else:
-                self.queue.forget(key)
-                if again is not None:
-                    self.queue.add(key, again.priority, again.delay)
+                self._requeue(key, result)
             finally:
                 self.queue.done(key)
+                if self.observer is not None:
+                    self.observer.reconciled(time.perf_counter() - started, failed)
+
+    def _requeue(self, key: Key, result: Result) -> None:
+        """What a pass asked of the queue: each request added as it is (the queue merges them with one another
+        and with what events asked meanwhile); a pass that was not held back starts the backoff again."""
+        if result.backoff:
+            # Held back (the Warning went out once, with the condition): backoff, as for a failure.
+            delay = self._back_off(key, result.priority)
+            log.debug("reconcile %s/%s: held back; again in %.2fs", key[0], key[1], delay)
+            return
+        if (record := self.records.get(key)) is not None:
+            record.failures = 0  # (a job forgotten in this pass stays forgotten)
+        if result.clear_stall:
+            self.queue.add(key, NORMAL)
+        if result.requeue_after is not None:
+            self.queue.add(key, result.priority, result.requeue_after)
+
+    def _back_off(self, key: Key, priority: int) -> float:
+        """The job again after its backoff (its failures in a row, counted in its record), at `priority`."""
+        record = self.records.of(key)
+        delay = self.queue.add_rate_limited(key, priority, record.failures)
+        record.failures += 1
+        return delay
 
     def _failed(self, key: Key, priority: int, err: Exception) -> None:
         """A pass that raised: the job again after its backoff, at the priority the pass had."""
-        delay = self.queue.add_rate_limited(key, priority)
-        if isinstance(err, Spinning):
-            # Held back (the Warning went out once, with the condition): backoff, as for a failure.
-            log.debug("reconcile %s/%s: held back; again in %.2fs", key[0], key[1], delay)
-            return
+        delay = self._back_off(key, priority)
         self.stats.errors += 1
         if isinstance(err, ApiError):
             # An API refusal is expected now and then (quota, admission, RBAC): say it in one line.

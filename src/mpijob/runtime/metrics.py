@@ -6,11 +6,13 @@ The reference operator's dashboards keep working (`mpi_operator_jobs_created_tot
 gauge under our own name, which alerts and dashboards read, since the reference exports the other one while
 both run side by side (docs/migration.md).
 
-Nothing here decides anything: metrics are read off what the controller already does. The executor's
-applied actions say what was written (a status patch flipping a condition, a worker marked leaving, a
-ConfigMap rewritten, a pod deleted); the API client reports every response; gauges read the queue and the
-cache at scrape time. Elastic timings use first-seen stamps from the operator's own watch events, so they
-measure the operator (watch delivery included), not the clock of whoever tainted the node.
+Nothing here decides anything: metrics are read off what the controller already does, which tells them as
+it goes (`Metrics` is the controller's observer: runtime/controller.py:Observer, composed at start-up by
+runtime/operator.py, no subclass). The executor's applied actions say what was written (a status patch
+flipping a condition, a worker marked leaving, a ConfigMap rewritten, a pod deleted); the API client reports
+every response; gauges read the queue and the cache at scrape time. Elastic timings use first-seen stamps
+from the operator's own watch events, so they measure the operator (watch delivery included), not the clock
+of whoever tainted the node.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from prometheus_client.registry import Collector
 
 from mpijob.api import constants as c
 from mpijob.api.objects import Obj, is_leaving, is_true
-from mpijob.executor.apply import Executor, Outcome
+from mpijob.executor.apply import Outcome
 from mpijob.executor.events import DROP_REASONS, EventPoster
 from mpijob.planner.actions import Action, Create, Delete, Patch
 from mpijob.planner.regrow import TIMED_OUT
@@ -47,9 +49,10 @@ from mpijob.planner.status import (
 from mpijob.planner.status import is_true as status_is_true
 from mpijob.planner.status import state as job_state
 from mpijob.planner.workers import DISRUPTED, node_signal
-from mpijob.runtime.cache import Cache, Key
-from mpijob.runtime.controller import Controller, Requeue, Spinning
-from mpijob.runtime.workqueue import NORMAL
+from mpijob.runtime.cache import Cache
+from mpijob.runtime.controller import Controller
+from mpijob.runtime.record import Leaving, Records
+from mpijob.runtime.record import Stamps as JobStamps
 
 log = logging.getLogger("mpijob.metrics")
 
@@ -85,46 +88,11 @@ def _reason_label(reason: str) -> str:
 
 
 @dataclass
-class _Leaving:
-    job: str
-    signal: str
-    signal_at: float  # monotonic
-    left_at: float | None = None  # monotonic, when the write taking it out of discovery succeeded
-
-
-@dataclass
 class _Stamps:
+    """First-seen stamps of what is not one job's (a job's own are in its record: runtime/record.py)."""
+
     # node -> (first monotonic time the operator saw it terminating, signal label)
     nodes: dict[str, tuple[float, str]] = field(default_factory=dict)
-    # (namespace, job) -> (generation, first monotonic time the operator saw it)
-    generations: dict[Key, tuple[int, float]] = field(default_factory=dict)
-    # (namespace, pod) -> a worker on its way out
-    leaving: dict[Key, _Leaving] = field(default_factory=dict)
-    # (namespace, job) -> the names of its pods in `leaving`: every applied batch reads its own job's, and a
-    # scan of `leaving` was O(every leaving worker) per batch (thousands in a mass scale-in)
-    leaving_by_job: dict[Key, set[str]] = field(default_factory=dict)
-    # (namespace, job) -> when discover_hosts.sh's source was last rewritten (the discovery write may go first)
-    discovery: dict[Key, float] = field(default_factory=dict)
-
-    def mark_leaving(self, key: Key, leaving: _Leaving) -> None:
-        old = self.leaving.get(key)
-        if old is not None and old.job != leaving.job:
-            self.unmark_leaving(key)
-        self.leaving[key] = leaving
-        self.leaving_by_job.setdefault((key[0], leaving.job), set()).add(key[1])
-
-    def unmark_leaving(self, key: Key) -> _Leaving | None:
-        leaving = self.leaving.pop(key, None)
-        if leaving is not None:
-            names = self.leaving_by_job.get((key[0], leaving.job))
-            if names is not None:
-                names.discard(key[1])
-                if not names:
-                    del self.leaving_by_job[(key[0], leaving.job)]
-        return leaving
-
-    def leaving_of(self, namespace: str, job: str) -> list[tuple[Key, _Leaving]]:
-        return [((namespace, n), self.leaving[(namespace, n)]) for n in self.leaving_by_job.get((namespace, job), ())]
 
 
 class Metrics:
@@ -171,6 +139,8 @@ class Metrics:
             self.api_conflicts.labels(verb, resource)
         self._elastic(r)
         self.stamps = _Stamps()
+        # The jobs' records, where each job's own stamps are kept: the controller's once `register`ed.
+        self.records = Records()
         self.clock: Callable[[], float] = time.monotonic
 
     def _elastic(self, r: CollectorRegistry) -> None:
@@ -219,7 +189,7 @@ class Metrics:
         for result in ("created", "bound", "timed-out"):
             self.regrow_probes.labels(result)
 
-    # -- wiring (one call each from the operator) ----------------------------------------------------------
+    # -- wiring (one call each from the operator; the controller tells `batch` and `reconciled`) -------------
     def attach(self, controller: Controller) -> None:
         """Gauges read at scrape time, so they cost nothing between scrapes."""
         self.queue_depth.set_function(lambda: float(len(controller.queue)))
@@ -237,7 +207,9 @@ class Metrics:
         log.info("serving /metrics on %s:%d", address, port)
 
     def register(self, controller: Controller, config: OperatorConfig) -> None:
-        """First-seen stamps for signals, from the same watch events the controller queues jobs for."""
+        """First-seen stamps for signals, from the same watch events the controller queues jobs for; a job's
+        own are kept in its record (dropped with it when the job is gone)."""
+        self.records = controller.records
 
         def nodes(type: str, body: Obj) -> None:
             name = str(body["metadata"].get("name"))
@@ -252,15 +224,12 @@ class Metrics:
 
         def mpijobs(type: str, body: Obj) -> None:
             meta = body["metadata"]
-            namespace, name = meta.get("namespace"), meta.get("name")
             if type == "DELETED":
-                self.stamps.generations.pop((namespace, name), None)
-                self.stamps.discovery.pop((namespace, name), None)
-                return
+                return  # the record goes with the job (Controller.observed)
+            stamps = self.records.of((str(meta.get("namespace")), str(meta.get("name")))).stamps
             gen = int(meta.get("generation") or 0)
-            seen = self.stamps.generations.get((namespace, name))
-            if seen is None or seen[0] != gen:
-                self.stamps.generations[(namespace, name)] = (gen, self.clock())
+            if stamps.generation is None or stamps.generation[0] != gen:
+                stamps.generation = (gen, self.clock())
 
         controller.listeners.setdefault("Node", []).append(nodes)
         controller.listeners.setdefault("MPIJob", []).append(mpijobs)
@@ -275,18 +244,32 @@ class Metrics:
         if status == 409:
             self.api_conflicts.labels(verb, resource).inc()
 
-    def applied(self, cache: Cache, config: OperatorConfig, job: dict[str, Any], actions: Sequence[Action]) -> None:
+    # -- the runtime's observer (runtime/controller.py:Observer) -----------------------------------------
+    def batch(self, cache: Cache, job: Obj, applied: Sequence[Action], outcome: Outcome) -> None:
+        """A batch the executor applied: `applied` are the actions it applied, in order."""
+        if outcome.conflict is not None:
+            self.reconcile_conflicts.inc()
+        self.applied(cache, job, applied)
+
+    def reconciled(self, seconds: float, failed: bool) -> None:
+        """A pass: its time, and whether it raised (a hold by the spin guard is no failure: counted by
+        mpijob_reconcile_spins_total)."""
+        self.reconcile_seconds.observe(seconds)
+        if failed:
+            self.reconcile_errors.inc()
+
+    def applied(self, cache: Cache, job: dict[str, Any], actions: Sequence[Action]) -> None:
         """`actions` are the ones the executor applied, in order."""
         now = self.clock()
         meta = job.get("metadata") or {}
         namespace, job_name = str(meta.get("namespace")), str(meta.get("name"))
         status = job.get("status") or {}
-        seen = self.stamps.generations.get((namespace, job_name))
+        stamps = self.records.of((namespace, job_name)).stamps
+        seen = stamps.generation
         spec_seen = seen[1] if seen is not None and seen[0] == int(meta.get("generation") or 0) else now
         # Forget workers of this job that went away without us deleting them (bounded memory).
-        for key, _ in self.stamps.leaving_of(namespace, job_name):
-            if cache.pod(*key) is None:
-                self.stamps.unmark_leaving(key)
+        for name in [n for n in stamps.leaving if cache.pod(namespace, n) is None]:
+            del stamps.leaving[name]
         decisions: set[str] = set()
         self._regrow(job, actions)
         for action in actions:
@@ -309,32 +292,31 @@ class Metrics:
             elif isinstance(action, Patch) and action.kind == "Pod":
                 annotations = (action.patch.get("metadata") or {}).get("annotations") or {}
                 if is_leaving(action.patch):  # the patch marks the pod leaving
-                    key = (namespace, action.name)
                     pod = cache.pod(namespace, action.name) or {}
                     node = (pod.get("spec") or {}).get("nodeName")
                     reason = str(annotations.get(c.ANNOTATION_LEAVING_REASON) or "workersToDelete")
                     # The operator lists a terminating node's workers in workersToDelete: that is the signal.
                     stamp = self.stamps.nodes.get(node) if node and reason == "workersToDelete" else None
                     if stamp is not None:
-                        leaving = _Leaving(job_name, stamp[1], stamp[0])
+                        leaving = Leaving(stamp[1], stamp[0])
                     else:
                         # A pod's own disruption (DisruptionTarget) has no watch stamp: timed from this plan.
                         since = now if reason == DISRUPTED else spec_seen
-                        leaving = _Leaving(job_name, _reason_label(reason), since)
-                    self.stamps.mark_leaving(key, leaving)
+                        leaving = Leaving(_reason_label(reason), since)
+                    stamps.leaving[action.name] = leaving
                     decisions.add(leaving.signal)
-                    written = self.stamps.discovery.get((namespace, job_name))
+                    written = stamps.discovery
                     if (pod.get("status") or {}).get("phase") != "Running":
                         self._left(leaving, now)  # never listed: out of discovery as soon as it is marked
                     elif written is not None and written >= leaving.signal_at:
                         self._left(leaving, written)  # the discovery write went first (urgent writes first)
             elif isinstance(action, Patch | Create) and _is_config_map(action, job_name):
                 # discover_hosts.sh rewritten: every marked worker of this job is out of it now.
-                self.stamps.discovery[(namespace, job_name)] = now
-                for _, leaving in self.stamps.leaving_of(namespace, job_name):
+                stamps.discovery = now
+                for leaving in stamps.leaving.values():
                     self._left(leaving, now)
             elif isinstance(action, Delete) and _is_worker_delete(action, job_name):
-                self._deleted(cache, namespace, action.name, now)
+                self._deleted(cache, stamps, namespace, action.name, now)
         for signal in decisions:
             self.scale_in_decisions.labels(signal).inc()
 
@@ -363,13 +345,13 @@ class Metrics:
                 ):
                     self.regrow_probes.labels("bound").inc(raised - replicas)
 
-    def _left(self, leaving: _Leaving, now: float) -> None:
+    def _left(self, leaving: Leaving, now: float) -> None:
         if leaving.left_at is None:
             leaving.left_at = now
             self.signal_to_discovery.labels(leaving.signal).observe(max(0.0, now - leaving.signal_at))
 
-    def _deleted(self, cache: Cache, namespace: str, name: str, now: float) -> None:
-        leaving = self.stamps.unmark_leaving((namespace, name))
+    def _deleted(self, cache: Cache, stamps: JobStamps, namespace: str, name: str, now: float) -> None:
+        leaving = stamps.leaving.pop(name, None)
         if leaving is None:
             # Marked before this process started: the annotation still says when it left discovery.
             pod = cache.pod(namespace, name) or {}
@@ -509,6 +491,7 @@ class _SpinCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         guard = self.controller.spin
+        held = sum(1 for record in self.controller.records if guard.held(record) is not None)
         yield CounterMetricFamily(
             "mpijob_reconcile_spins",
             "Jobs held back because their passes repeated the same writes at the same resourceVersion without effect",
@@ -517,7 +500,7 @@ class _SpinCollector(Collector):
         yield GaugeMetricFamily(
             "mpijob_jobs_held_back",
             "Jobs held back by the spin guard now (retried with backoff)",
-            value=guard.held_count(),
+            value=held,
         )
 
 
@@ -541,44 +524,3 @@ class _EventCollector(Collector):
         for reason in sorted({*DROP_REASONS, *self.poster.dropped}):
             dropped.add_metric([reason], self.poster.dropped[reason])
         yield dropped
-
-
-class InstrumentedExecutor(Executor):
-    """The executor, reporting what it applied. The controller is set once it exists."""
-
-    def __init__(self, *args: Any, metrics: Metrics, config: OperatorConfig, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.metrics = metrics
-        self.config = config
-        self.cache: Cache | None = None
-
-    async def apply(self, job: dict[str, Any], actions: Sequence[Action]) -> Outcome:
-        outcome = await super().apply(job, actions)
-        if self.cache is not None:
-            try:
-                self.metrics.applied(self.cache, self.config, job, actions[: outcome.applied])
-            except Exception:  # metrics must never break a reconcile
-                log.exception("metrics: could not account for applied actions")
-        if outcome.conflict is not None:
-            self.metrics.reconcile_conflicts.inc()
-        return outcome
-
-
-class InstrumentedController(Controller):
-    """The controller, timing each reconcile and counting failures."""
-
-    def __init__(self, *args: Any, metrics: Metrics, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.metrics = metrics
-
-    async def reconcile(self, key: Key, priority: int = NORMAL) -> Requeue | None:
-        started = time.perf_counter()
-        try:
-            return await super().reconcile(key, priority)
-        except Spinning:
-            raise  # not a failure: counted by mpijob_reconcile_spins_total
-        except Exception:
-            self.metrics.reconcile_errors.inc()
-            raise
-        finally:
-            self.metrics.reconcile_seconds.observe(time.perf_counter() - started)

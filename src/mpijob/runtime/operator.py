@@ -19,6 +19,7 @@ import aiohttp
 from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
+from mpijob.executor.apply import Executor
 from mpijob.executor.client import ApiError, Client
 from mpijob.executor.events import EventPoster
 from mpijob.executor.kubeconfig import load_api_client
@@ -26,7 +27,7 @@ from mpijob.planner import podgroups
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import heap, informer, permissions
 from mpijob.runtime.controller import Controller
-from mpijob.runtime.metrics import InstrumentedController, InstrumentedExecutor, Metrics
+from mpijob.runtime.metrics import Metrics
 
 # How long a stopping operator waits for its Events still in flight (then drops them: best effort).
 EVENT_DRAIN_SECONDS = 5.0
@@ -103,17 +104,15 @@ async def run(
     metrics = Metrics()
     client.on_response = metrics.api_response
     events = EventPoster(client)
-    executor = InstrumentedExecutor(client, metrics=metrics, config=config, events=events)
-    controller = InstrumentedController(
+    executor = Executor(client, events=events, update_kinds=grants.update_instead_of_patch())
+    controller = Controller(
         executor,
         config,
         reconcilers=options.reconcilers,
         # The API server's clock, so that grace periods mean the same to every leader (issue 8, rule 11).
         clock=client.clock.now,
-        metrics=metrics,
+        observer=metrics,
     )
-    executor.cache = controller.cache
-    executor.update_kinds = grants.update_instead_of_patch()
     metrics.attach(controller)
     metrics.attach_events(events)
     try:

@@ -1,7 +1,7 @@
 """What a watch event says about how soon its jobs need a pass: the queue priority the controller adds them at.
 
 Read from the event (the cached object before it, the object after), and for an MPIJob from whether it is the
-echo of our own write (`executor.apply.JobWrites`): our record of a decision is no news, and raised to SIGNAL
+echo of our own write (`runtime.record.JobRecord.echo`): our record of a decision is no news, and raised to SIGNAL
 it would put the rest of that job's pass ahead of other jobs' launcher nudges.
 """
 

@@ -12,24 +12,15 @@ a pass that plans no write, or other writes, or runs on a newer job, ends the ho
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import orjson
 
 from mpijob.planner.actions import Action, Create, Delete, Patch
+from mpijob.runtime.record import JobRecord, SpinSeen
 
 # Passes in a row with the same writes at the same job resourceVersion before the job is held back: a
 # retried pass repeats its writes once or twice (a 409 after a stale read); a loop repeats them forever.
 SPIN_THRESHOLD = 5
-
-
-@dataclass
-class _Seen:
-    job_rv: str
-    writes: bytes
-    passes: int = 1
-    # While held: what the job waits for (the Warning's and the condition's text).
-    held: str | None = None
 
 
 def _describe(action: Create | Patch | Delete) -> str:
@@ -50,30 +41,28 @@ def _writes(actions: Sequence[Action]) -> tuple[bytes, list[str]]:
 
 
 class SpinGuard:
+    """The rule; what it saw of each job is in the job's record (`JobRecord.spin`, runtime/record.py)."""
+
     def __init__(self, threshold: int = SPIN_THRESHOLD) -> None:
         self.threshold = threshold
-        self._seen: dict[object, _Seen] = {}
         # Spins found (each hold once), for the metric.
         self.spins = 0
 
-    def held(self, key: object) -> str | None:
+    @staticmethod
+    def held(record: JobRecord | None) -> str | None:
         """What the job waits for while it is held back, else None."""
-        seen = self._seen.get(key)
-        return None if seen is None else seen.held
+        return None if record is None or record.spin is None else record.spin.held
 
-    def held_count(self) -> int:
-        return sum(1 for seen in self._seen.values() if seen.held is not None)
-
-    def observe(self, key: object, job_rv: str, actions: Sequence[Action]) -> str | None:
+    def observe(self, record: JobRecord, job_rv: str, actions: Sequence[Action]) -> str | None:
         """One pass whose writes landed (no conflict, no error). Returns what the job waits for when this
-        pass makes it spin (once per hold); None otherwise. `held(key)` says whether it is held now."""
+        pass makes it spin (once per hold); None otherwise. `held(record)` says whether it is held now."""
         body, names = _writes(actions)
-        seen = self._seen.get(key)
+        seen = record.spin
         if not names:
-            self._seen.pop(key, None)
+            record.spin = None
             return None
         if seen is None or seen.job_rv != job_rv or seen.writes != body:
-            self._seen[key] = _Seen(job_rv, body)
+            record.spin = SpinSeen(job_rv, body)
             return None
         seen.passes += 1
         if seen.held is not None or seen.passes < self.threshold:
@@ -86,13 +75,14 @@ class SpinGuard:
         self.spins += 1
         return seen.held
 
-    def moved_to(self, key: object, job_rv: str | None) -> None:
+    @staticmethod
+    def moved_to(record: JobRecord, job_rv: str | None) -> None:
         """Our own write of the job (the condition saying it is held) made `job_rv`: not progress."""
-        seen = self._seen.get(key)
-        if seen is not None and job_rv is not None:
-            seen.job_rv = job_rv
+        if record.spin is not None and job_rv is not None:
+            record.spin.job_rv = job_rv
 
-    def release(self, key: object) -> bool:
-        """Forgets the job (a pass that stopped on a conflict or an error, or a job gone); True if it was held."""
-        seen = self._seen.pop(key, None)
+    @staticmethod
+    def release(record: JobRecord) -> bool:
+        """Forgets what it saw (a pass that stopped on a conflict or an error); True if the job was held."""
+        seen, record.spin = record.spin, None
         return seen is not None and seen.held is not None

@@ -7,7 +7,8 @@ Priorities, highest first: SIGNAL, DISCOVERY, NORMAL, LOW (what each is for: bel
 - a key is never processed twice at once: added during its pass, it is queued again when `done`;
 - admission: passes below DISCOVERY hold at most `limit` reconcilers, so the rest of hundreds of jobs'
   passes, waiting on the shared QPS budget, never take the reconcilers the next signal needs;
-- `add_rate_limited`: exponential backoff per key (until `forget`), at the priority given.
+- `add_rate_limited`: exponential backoff by the key's failures in a row (counted by the caller: the job's
+  record, runtime/record.py), at the priority given.
 Why this order: docs/design.md, "The order of work".
 """
 
@@ -59,7 +60,6 @@ class WorkQueue:
         self._processing: dict[Hashable, int] = {}
         self._again: dict[Hashable, tuple[int, float]] = {}
         self._seq = itertools.count()
-        self._failures: dict[Hashable, int] = {}
         self._wakeup = asyncio.Event()
         self._timer: asyncio.Handle | None = None
         self._timer_at = 0.0
@@ -95,16 +95,12 @@ class WorkQueue:
                 return  # the merge changes nothing: the entry keeps its place
         self._push(key, priority, ready_at)
 
-    def add_rate_limited(self, key: Hashable, priority: int = NORMAL) -> float:
-        """Adds `key` after its exponential backoff (per key, until `forget`); returns the delay."""
-        failures = self._failures.get(key, 0)
-        self._failures[key] = failures + 1
-        delay = float(min(self.base_delay * (2**failures), self.max_delay))
+    def add_rate_limited(self, key: Hashable, priority: int = NORMAL, failures: int = 0) -> float:
+        """Adds `key` after its exponential backoff for `failures` earlier failures in a row; returns the
+        delay."""
+        delay = float(min(self.base_delay * (2 ** min(failures, 64)), self.max_delay))
         self.add(key, priority, delay)
         return delay
-
-    def forget(self, key: Hashable) -> None:
-        self._failures.pop(key, None)
 
     def get_nowait(self) -> tuple[Hashable, int] | None:
         """The next key and its priority, now being processed; None when nothing may be taken now."""
