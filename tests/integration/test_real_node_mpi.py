@@ -107,8 +107,12 @@ def pi_job(
     **spec: Any,
 ) -> Obj:
     """The reference's pi job: workers run the operator's default sshd unless `worker` says otherwise; the
-    launcher restarts on failure (a worker name may not resolve yet when it first starts, as in the
-    reference's suite)."""
+    launcher restarts on failure. The launcher is created once the workers are Ready (`launcherCreationPolicy`
+    WaitForWorkersReady unless `spec` says otherwise): a launcher started before its workers' DNS records
+    exist fails, and restarts only after the kubelet's back-off and CoreDNS's 30 s negative cache, 5-130 s
+    of waiting per job that proves nothing the tests that keep AtStartup (the reference's suite, its
+    examples, the gang test) do not."""
+    spec.setdefault("launcherCreationPolicy", "WaitForWorkersReady")
     worker_container = {"name": "worker", "image": img, "imagePullPolicy": "Never", **(worker or {})}
     launcher_container = {
         "name": "launcher",
@@ -559,6 +563,7 @@ async def test_gang_scheduling_holds_every_pod_until_the_gang_fits_then_pi_runs(
         mpi_images["openmpi4"],
         mpirun(2, "--allow-run-as-root"),
         run_policy={"schedulingPolicy": {"minResources": {"cpu": "1000"}}},
+        launcherCreationPolicy="AtStartup",  # the gang counts the launcher: it must exist with the workers
     )
     await kube.create(body)
 
