@@ -15,14 +15,13 @@ import shutil
 import signal
 import struct
 import subprocess
-import tarfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cannot_run import cannot_run
+from mpi_rootfs import IN_ROOT, fnv1a64, python_jacobi, unpack_image
 
 pytestmark = pytest.mark.integration
 
@@ -36,37 +35,11 @@ HEADER = struct.Struct("=8sqq")  # jacobi.c's checkpoint header: magic, size, it
 FINISHED = re.compile(r"^finished iteration (\d+) with (\d+) ranks: checksum ([0-9a-f]{16})$", re.MULTILINE)
 EXIT_STOPPED = 75  # jacobi.c: checkpointed and stopped on SIGUSR1
 
-# Each run in its own mount namespace: the mounts vanish with it, so no test leaves one behind.
-IN_ROOT = 'r=$1; shift; mount -t proc proc "$r/proc" && mount --rbind /dev "$r/dev" && mount --rbind /sys "$r/sys" \
-&& exec chroot "$r" "$@"'
-
 
 @pytest.fixture(scope="module")
 def rootfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The openmpi4 image's root filesystem, unpacked from the archive build-mpi-images.sh keeps in its cache."""
-    if os.geteuid() != 0:
-        cannot_run("jacobi runs in a chroot of the openmpi4 image: needs root")
-    umoci = shutil.which("umoci")
-    if umoci is None:
-        cannot_run("umoci not found (Debian package umoci)")
-    tmp = tmp_path_factory.mktemp("jacobi")
-    build = subprocess.run(
-        ["bash", str(REPO / "testbed/build-mpi-images.sh"), str(tmp / "images"), IMAGE],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if build.returncode != 0:
-        cannot_run(f"the {IMAGE} image cannot be built here (exit {build.returncode}): {build.stderr[-2000:]}")
-    with tarfile.open(tmp / "images" / f"{IMAGE}.tar") as archive:
-        archive.extractall(tmp / "oci", filter="tar")
-    subprocess.run([umoci, "unpack", "--image", f"{tmp / 'oci'}:{IMAGE}", str(tmp / "bundle")], check=True,
-                   capture_output=True)  # fmt: skip
-    root = (tmp / "bundle/rootfs").resolve()  # as /proc/PID/root shows it (_processes_in)
-    # A container runtime writes /etc/hosts; without one, OpenMPI asks DNS for the host's name and every
-    # other start waits 5 s for the resolver.
-    shutil.copy("/etc/hosts", root / "etc/hosts")
-    return root
+    return unpack_image(IMAGE, tmp_path_factory.mktemp("jacobi"))
 
 
 class Run:
@@ -187,30 +160,6 @@ def _grid(path: Path) -> tuple[int, bytes]:
     return iteration, data[HEADER.size :]
 
 
-def _fnv1a64(data: bytes) -> str:
-    h = 0xCBF29CE484222325
-    for byte in data:
-        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return f"{h:016x}"
-
-
-def _python_jacobi(n: int, sweeps: int) -> bytes:
-    """The same sweeps evaluated here, operation for operation as jacobi.c does them (IEEE doubles both)."""
-    last = float(n - 1)
-    grid = [[0.0] * n for _ in range(n)]
-    for j in range(n):
-        grid[0][j], grid[n - 1][j] = 1.0, 0.5 * j / last
-    for i in range(1, n - 1):
-        grid[i][0] = 1.0 - i / last  # the right column stays 0.0
-    for _ in range(sweeps):
-        new = [row[:] for row in grid]
-        for i in range(1, n - 1):
-            up, row, down = grid[i - 1], grid[i], grid[i + 1]
-            new[i][1 : n - 1] = [0.25 * (((up[j] + down[j]) + row[j - 1]) + row[j + 1]) for j in range(1, n - 1)]
-        grid = new
-    return struct.pack(f"={n * n}d", *(v for row in grid for v in row))
-
-
 @pytest.fixture(scope="module")
 def reference(rootfs: Path) -> str:
     """The checksum of an uninterrupted one-rank run, after checking its final.bin against Python's grid."""
@@ -222,8 +171,8 @@ def reference(rootfs: Path) -> str:
         _kill_leftovers(started)
     iteration, grid = _grid(rootfs / ckpt.lstrip("/") / "final.bin")
     assert iteration == ITERATIONS
-    assert grid == _python_jacobi(SIZE, ITERATIONS), "jacobi's grid differs from the Python evaluation"
-    assert _fnv1a64(grid) == checksum, "the printed checksum is not the FNV-1a of final.bin's grid"
+    assert grid == python_jacobi(SIZE, ITERATIONS), "jacobi's grid differs from the Python evaluation"
+    assert fnv1a64(grid) == checksum, "the printed checksum is not the FNV-1a of final.bin's grid"
     return checksum
 
 
@@ -276,7 +225,7 @@ def test_a_run_killed_outright_resumes_from_its_last_periodic_checkpoint_to_the_
     done = FINISHED.search(out)
     assert code == 0 and done is not None and done[3] == reference, out
     iteration, grid = _grid(rootfs / ckpt.lstrip("/") / "final.bin")
-    assert iteration == ITERATIONS and _fnv1a64(grid) == reference
+    assert iteration == ITERATIONS and fnv1a64(grid) == reference
 
 
 @pytest.mark.parametrize("cut", [False, True], ids=["another-size", "cut-short"])
