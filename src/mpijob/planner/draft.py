@@ -48,7 +48,7 @@ class Draft:
     delete: list[Delete] = field(default_factory=list)
     create: list[Create] = field(default_factory=list)
     finish: list[Delete] = field(default_factory=list)
-    wake: list[float] = field(default_factory=list)
+    requeue_after: list[float] = field(default_factory=list)
     # Objects with our children's names that this job does not own ("Kind name"), for ResourceConflict.
     conflicts: list[str] = field(default_factory=list)
     # The SSH Secret's name is held by a Secret we did not create.
@@ -95,7 +95,7 @@ class Draft:
             delete=tuple(self.delete),
             create=tuple(self.create),
             finish=tuple(self.finish),
-            requeue_after=min(self.wake) if self.wake else None,
+            requeue_after=min(self.requeue_after) if self.requeue_after else None,
         )
 
 

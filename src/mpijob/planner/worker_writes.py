@@ -94,7 +94,7 @@ def within_budget(ctx: PlanContext, decided: WorkerPlan) -> WorkerPlan:
     deletes = [pod for pod in decided.to_delete if name_of(pod) not in unmarked]
     bounded = replace(decided, to_leave=tuple(marked), to_delete=tuple(deletes[:MAX_DELETES_PER_RECONCILE]))
     if unmarked or len(deletes) > MAX_DELETES_PER_RECONCILE:
-        ctx.draft.wake.append(BUDGET_REQUEUE_SECONDS)
+        ctx.draft.requeue_after.append(BUDGET_REQUEUE_SECONDS)
     return bounded
 
 
@@ -230,7 +230,7 @@ def correct_deadlines(ctx: PlanContext, decided: WorkerPlan, deadlines: dict[str
         if due is None or name in skip or annotations_of(pod).get(constants.ANNOTATION_LEAVING_DEADLINE) == due:
             continue
         if budget <= 0:
-            ctx.draft.wake.append(BUDGET_REQUEUE_SECONDS)
+            ctx.draft.requeue_after.append(BUDGET_REQUEUE_SECONDS)
             return
         budget -= 1
         annotations = {constants.ANNOTATION_LEAVING_DEADLINE: due}
@@ -285,8 +285,8 @@ def delete_and_create(ctx: PlanContext, decided: WorkerPlan, suspended: bool) ->
         ctx.draft.new_status.last_worker_index = max([*made, last_worker_index(ctx)])
     for name in decided.foreign_names:
         ctx.draft.conflicts.append(f"Pod {name}")
-    if decided.wake_after is not None:
-        ctx.draft.wake.append(decided.wake_after)
+    if decided.requeue_after is not None:
+        ctx.draft.requeue_after.append(decided.requeue_after)
     return decided
 
 
