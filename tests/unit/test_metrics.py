@@ -9,11 +9,11 @@ from typing import Any
 from prometheus_client import generate_latest
 
 from mpijob.api import constants as c
+from mpijob.app.metrics import Metrics, _CacheCollector, _JobStateCollector, resource_of, signal_label
 from mpijob.planner.actions import LEAVING, Create, Delete, Emit, Patch, Tag
 from mpijob.planner.draft import status_write
 from mpijob.planner.status import read_status
 from mpijob.runtime.cache import Cache
-from mpijob.runtime.metrics import Metrics, _CacheCollector, _JobStateCollector, resource_of, signal_label
 
 from .builders import SPOT_TAINT, elastic, mpijob
 from .world import World

@@ -5,9 +5,9 @@ without us deleting it is forgotten at its job's next batch (bounded memory)."""
 from __future__ import annotations
 
 from mpijob.api import constants as c
+from mpijob.app.metrics import Metrics
 from mpijob.planner.actions import LEAVING, Patch, Tag
 from mpijob.runtime.cache import Cache
-from mpijob.runtime.metrics import Metrics
 
 
 def _cache(*names: str) -> Cache:

@@ -4,7 +4,7 @@ the first failure, so the planner orders them to be safe at every prefix (record
 The order is defined once, in `Plan.PHASES`. Each write carries the Events that announce it (`announce`):
 the executor posts them only when the write really happened (not for a create that found the object there,
 nor a delete that found it gone). A write also carries the decisions it carries out (`tags`), for whoever
-counts them (runtime/metrics.py counts the tags of the writes that landed): what was decided is said here,
+counts them (app/metrics.py counts the tags of the writes that landed): what was decided is said here,
 once, not worked out again from the write's body.
 """
 
@@ -28,7 +28,7 @@ class Emit:
 
 @dataclass(frozen=True)
 class Tag:
-    """A decision of the planner that a write carries out, named for the metrics (runtime/metrics.py). Not part
+    """A decision of the planner that a write carries out, named for the metrics (app/metrics.py). Not part
     of the write: two writes that differ only in their tags are the same write."""
 
     name: str  # one of the names below

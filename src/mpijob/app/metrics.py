@@ -8,7 +8,7 @@ both run side by side (docs/migration.md).
 
 Nothing here decides anything: metrics are read off what the controller already does, which tells them as
 it goes (`Metrics` is the controller's observer: runtime/controller.py:Observer, composed at start-up by
-runtime/operator.py, no subclass). The planner tags each write with what it decided (planner/actions.py:Tag:
+app/operator.py, no subclass). The planner tags each write with what it decided (planner/actions.py:Tag:
 a condition turned True, a worker marked leaving, a regrow probe created, timed out or bound, workers lost)
 and the counters count the tags of the writes the executor applied; the timings read which objects were
 written (a ConfigMap rewritten, a pod deleted); the API client reports
