@@ -52,8 +52,8 @@ import yaml
 from plots import compare_plots
 
 from mpijob.api import constants as c
-from mpijob.executor.client import ApiError, Client
-from mpijob.executor.kubeconfig import load_api_client
+from mpijob.kube.client import ApiError, Client
+from mpijob.kube.kubeconfig import load_api_client
 from mpijob_testbed import cluster
 from mpijob_testbed.waiting import wait_until
 

@@ -20,8 +20,8 @@ import uvloop
 from harness import print_table, report_header, testbed_with_crd
 from request_cost import _round
 
-from mpijob.executor.client import Client
-from mpijob.executor.kubeconfig import load_api_client
+from mpijob.kube.client import Client
+from mpijob.kube.kubeconfig import load_api_client
 
 LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
     "uvloop": uvloop.new_event_loop,

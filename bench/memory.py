@@ -2,7 +2,7 @@
 <= 150 MiB with 10,000 worker pods cached").
 
 What it builds is the operator's own: the controller, cache, informers, executor and metrics of
-`mpijob.runtime.operator.run`, fed through the informers' real paths (a paged list decoded from JSON bytes
+`mpijob.app.operator.run`, fed through the informers' real paths (a paged list decoded from JSON bytes
 and slimmed, then one watch event per object read from a byte stream, as the API server sends them, then the
 periodic relist of every kind with the store full), then one reconcile of every job (the planner on the cache;
 expectations and metric stamps as a reconcile leaves them). The heap is kept as the operator keeps it
@@ -357,7 +357,7 @@ class ApiStandIn:
         return loads(page.read_bytes() if page.exists() else b'{"metadata":{"resourceVersion":"1"},"items":[]}')
 
     async def _refuse(self, method: str, path: str) -> Any:
-        from mpijob.executor.client import ApiError
+        from mpijob.kube.client import ApiError
 
         self.writes.append((method, path))
         raise ApiError(503, "bench", "the memory bench refuses writes")
@@ -383,11 +383,11 @@ async def _fill(where: Path, phases: dict[str, int], heap_mode: str) -> dict[str
 
     from prometheus_client import generate_latest
 
+    from mpijob.app.metrics import Metrics
     from mpijob.executor.apply import Executor
     from mpijob.planner.snapshot import OperatorConfig
     from mpijob.runtime import heap, informer
     from mpijob.runtime.controller import Controller
-    from mpijob.runtime.metrics import Metrics
 
     api = ApiStandIn(where)
     config = OperatorConfig()
@@ -399,11 +399,11 @@ async def _fill(where: Path, phases: dict[str, int], heap_mode: str) -> dict[str
     metrics.attach(controller)
     metrics.register(controller, config)
     controller.leading.set()
-    # The heap as runtime/operator.py:run keeps it (--heap: without either part, to see what each gives).
+    # The heap as app/operator.py:run keeps it (--heap: without either part, to see what each gives).
     if heap_mode in ("both", "mallopt"):
         heap.configure()
     trimmer = heap.Trimmer(trim=heap.malloc_trim if heap_mode in ("both", "trim") else lambda: None)
-    # As runtime/operator.py:run wires them.
+    # As app/operator.py:run wires them.
     watches = informer.informers(
         controller.kinds,
         api,  # type: ignore[arg-type]

@@ -15,9 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from mpijob.app.metrics import Metrics, _CacheCollector, _JobStateCollector
 from mpijob.planner.plan import plan
 from mpijob.runtime.cache import Cache
-from mpijob.runtime.metrics import Metrics, _CacheCollector, _JobStateCollector
 from unit.builders import mpijob, snap, worker
 
 

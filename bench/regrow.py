@@ -34,8 +34,8 @@ from kubernetes_asyncio.client import CoreV1Api
 
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
-from mpijob.executor.client import Client
-from mpijob.executor.resources import collection_path
+from mpijob.kube.client import Client
+from mpijob.kube.resources import collection_path
 from mpijob_testbed import delete_node, taint_node
 from mpijob_testbed.client import load_api_client
 from mpijob_testbed.nodes import node_manifest

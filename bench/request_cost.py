@@ -17,8 +17,8 @@ from typing import Any
 from harness import measure_on_testbed, print_table
 
 from mpijob.api.jsoncodec import loads
-from mpijob.executor.client import Client
-from mpijob.executor.kubeconfig import load_api_client
+from mpijob.kube.client import Client
+from mpijob.kube.kubeconfig import load_api_client
 
 NS_PATH = "/api/v1/namespaces/default/configmaps"
 

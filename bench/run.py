@@ -25,14 +25,14 @@ from harness import finish, print_table, report_header, testbed_with_crd
 
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
-from mpijob.executor.client import ApiError, Client
-from mpijob.executor.kubeconfig import load_api_client
-from mpijob.executor.resources import collection_path, object_path
+from mpijob.app.operator import OperatorOptions, run
+from mpijob.kube.client import ApiError, Client
+from mpijob.kube.kubeconfig import load_api_client
+from mpijob.kube.resources import collection_path, object_path
 from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import Snapshot
 from mpijob.runtime.controller import Controller
-from mpijob.runtime.operator import OperatorOptions, run
 from mpijob_testbed import create_node, delete_node, taint_node
 from mpijob_testbed.nodes import spread_over
 from mpijob_testbed.waiting import seconds_until

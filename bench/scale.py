@@ -64,8 +64,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
-from mpijob.executor.client import Client
-from mpijob.executor.resources import collection_path
+from mpijob.kube.client import Client
+from mpijob.kube.resources import collection_path
 from mpijob.planner.discovery import listed_hosts
 from mpijob_testbed import delete_node, taint_node
 from mpijob_testbed.client import load_api_client

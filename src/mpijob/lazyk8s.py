@@ -3,7 +3,7 @@
 Importing `kubernetes_asyncio.client` imports every one of its ~770 generated model classes and ~60 API
 classes (the package's `__init__` lists them all), which costs ~34 MiB of RSS: a third of the operator's
 memory at start. The library's own ApiClient imports it too (to deserialise responses into models). This
-operator never uses a model: it exchanges plain JSON (`executor/client.py`, `_preload_content=False`), and
+operator never uses a model: it exchanges plain JSON (`kube/client.py`, `_preload_content=False`), and
 only leader election touches four model classes (V1Lease and friends).
 
 `install()` registers, before anything imports them, three package objects that stand for the real ones:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kubernetes_asyncio.client import ApiClient
 
-from mpijob.executor.kubeconfig import load_api_client as operator_loader
+from mpijob.kube.kubeconfig import load_api_client as operator_loader
 from mpijob_testbed.paths import Layout, resolve_state_dir
 
 

@@ -24,7 +24,7 @@ from mpijob.api.objects import is_leaving
 from mpijob.cli.elastic import pod_table
 from mpijob.cli.kube import client, job_path, worker_pods
 from mpijob.cli.operator import install_crd
-from mpijob.executor.client import ApiError, Client
+from mpijob.kube.client import ApiError, Client
 from mpijob_testbed import cluster
 from mpijob_testbed.launcher_view import launcher_view
 from mpijob_testbed.nodes import (

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from mpijob.api import constants as c
-from mpijob.executor.client import Client
-from mpijob.executor.resources import collection_path, object_path
+from mpijob.kube.client import Client
+from mpijob.kube.resources import collection_path, object_path
 from mpijob.planner.hostfile import parse_discovery_output
 
 

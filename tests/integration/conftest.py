@@ -40,7 +40,7 @@ from rbac import operator_kubeconfig as make_operator_kubeconfig
 from real_node import host_as_found, skip_reason
 
 from mpijob.cli.operator import install_crd
-from mpijob.executor.client import Client
+from mpijob.kube.client import Client
 from mpijob_testbed import cluster
 from mpijob_testbed.client import load_api_client
 from mpijob_testbed.paths import repo_root, resolve_state_dir

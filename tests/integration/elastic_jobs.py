@@ -23,7 +23,7 @@ from launcher import dumps, launcher
 
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION, GROUP, PLURAL, VERSION
-from mpijob.executor.resources import collection_path
+from mpijob.kube.resources import collection_path
 from mpijob.planner.discovery import listed_hosts
 from mpijob_testbed import create_node, delete_node, taint_node
 from mpijob_testbed.nodes import CAPACITY_TYPE_LABELS, ON_DEMAND, SPOT

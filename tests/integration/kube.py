@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
-from mpijob.executor.client import ApiError, Client
-from mpijob.executor.resources import collection_path, object_path
+from mpijob.kube.client import ApiError, Client
+from mpijob.kube.resources import collection_path, object_path
 from mpijob_testbed.waiting import wait_until
 
 T = TypeVar("T")

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from mpijob.executor.client import Client
+from mpijob.kube.client import Client
 
 REPO = Path(__file__).resolve().parents[2]
 RBAC_FILES = (REPO / "deploy/base/namespace.yaml", REPO / "deploy/base/rbac.yaml")

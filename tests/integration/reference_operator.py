@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from cannot_run import cannot_run
 
-from mpijob.executor.client import Client
+from mpijob.kube.client import Client
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = Path(os.environ.get("MPIJOB_REFERENCE_BIN", REPO / ".cache" / "reference"))

@@ -206,8 +206,8 @@ async def _storm(kube: Kube, job: str, victims: list[str]) -> int:
     (as kubectl edit does): each lists its victim and lowers replicas by one, retrying on 409. Returns the
     409s seen. The operator writes the same fields meanwhile, so its writes meet 409s too."""
     from mpijob.api.models import API_VERSION
-    from mpijob.executor.client import ApiError
-    from mpijob.executor.resources import object_path
+    from mpijob.kube.client import ApiError
+    from mpijob.kube.resources import object_path
 
     conflicts = 0
 
@@ -266,7 +266,7 @@ async def test_seeded_faults_watch_expiry_apiserver_restart_409_storm_and_lease_
                 op.start()
 
     async def leader() -> OperatorProcess | None:
-        from mpijob.executor.client import ApiError
+        from mpijob.kube.client import ApiError
 
         try:
             lease = await kube.client.get(f"/apis/coordination.k8s.io/v1/namespaces/{kube.ns}/leases/mpijob-operator")

@@ -620,10 +620,10 @@ async def test_status_cli_shows_the_leaving_worker_during_its_grace_period_and_t
 # When the operator asks for a leaving worker's deletion, against the deadline it told (both in the API server's
 # whole seconds: the deadline is written rounded down, the deletionTimestamp the API server sets is too). Never
 # before it: the operator plans on the API server's clock as its Date headers show it, taken as a lower bound
-# (executor/client.py `ServerClock`: never ahead, up to ~1 s behind). With the midpoint of the header's second,
+# (kube/client.py `ServerClock`: never ahead, up to ~1 s behind). With the midpoint of the header's second,
 # as before, it asked up to 0.5 s early, which the rounded-down deletionTimestamp showed as -1 s in 6 of 11 runs.
 # How late: the pass that marks the worker asks to be planned again after the grace period from its unrounded
-# clock (planner/elastic.py `deletions`: wake_after = due - now), so that requeue comes less than 1 s after the
+# clock (planner/elastic.py `deletions`: requeue_after = due - now), so that requeue comes less than 1 s after the
 # deadline; up to ~1 s more of that clock lagging; then one reconcile and its DELETE, well under a second.
 # Whole seconds again: 3 s allows a DELETE up to 3.99 s after the deadline.
 DELETION_SLACK = timedelta(seconds=3)

@@ -38,7 +38,7 @@ Obj = dict[str, Any]
 TIMEOUT = 10
 MAX_PROBES = 2
 REGROW = {"maxProbes": MAX_PROBES, "probeTimeoutSeconds": TIMEOUT, "backoffSeconds": 2, "maxBackoffSeconds": 8}
-# A probe's deletion is due at its timeout; the operator wakes for it then (RequeueAfter) and deletes it.
+# A probe's deletion is due at its timeout; the operator looks again then (RequeueAfter) and deletes it.
 DELETE_SLACK = 3.0
 
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from kube import Kube, condition, eventually, kubectl
 
-from mpijob.executor.client import ApiError
+from mpijob.kube.client import ApiError
 
 pytestmark = pytest.mark.integration
 

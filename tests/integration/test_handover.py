@@ -28,7 +28,7 @@ from reference_operator import CRD_PATH, REFERENCE, Reference, reference_built
 
 from mpijob.api import constants as c
 from mpijob.cli.operator import install_crd
-from mpijob.executor.client import ApiError, Client
+from mpijob.kube.client import ApiError, Client
 from mpijob_testbed import cluster
 from mpijob_testbed.client import load_api_client
 from mpijob_testbed.pods import complete_pod

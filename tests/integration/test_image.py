@@ -78,7 +78,7 @@ def _bundle(tmp: Path, kubeconfig: Path, namespace: str) -> Path:
 
 def test_the_image_carries_the_operator_and_not_the_development_testbed(tmp_path: Path) -> None:
     lib = _unpack(tmp_path / "bundle") / "rootfs/opt/mpijob/lib"
-    assert (lib / "mpijob/runtime/operator.py").is_file()
+    assert (lib / "mpijob/app/operator.py").is_file()
     shipped = sorted(p.name for p in lib.iterdir() if "testbed" in p.name) + [
         str(p.relative_to(lib)) for p in (lib / "mpijob").rglob("*testbed*")
     ]

@@ -17,9 +17,9 @@ from kube import eventually
 from kubernetes_asyncio.client import ApiClient
 
 from mpijob.executor.apply import Executor
-from mpijob.executor.client import ApiError, Client
-from mpijob.executor.kubeconfig import load_api_client
-from mpijob.executor.resources import object_path
+from mpijob.kube.client import ApiError, Client
+from mpijob.kube.kubeconfig import load_api_client
+from mpijob.kube.resources import object_path
 from mpijob.runtime.controller import Controller
 from mpijob.runtime.informer import Informer
 from mpijob.runtime.kinds import BY_KIND, Watched, own_key

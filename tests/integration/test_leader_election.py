@@ -10,7 +10,7 @@ import pytest
 from kube import Kube, eventually, has_condition, live, mpijob
 from operator_harness import OperatorProcess
 
-from mpijob.executor.client import ApiError
+from mpijob.kube.client import ApiError
 
 pytestmark = pytest.mark.integration
 

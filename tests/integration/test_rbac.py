@@ -30,7 +30,7 @@ from rbac import (
 )
 
 from mpijob.api import constants as c
-from mpijob.executor.client import Client
+from mpijob.kube.client import Client
 from mpijob_testbed.client import load_api_client
 
 pytestmark = pytest.mark.integration

@@ -19,8 +19,8 @@ from typing import Any
 from kube import Kube, eventually, mpijob
 
 from mpijob.api.models import API_VERSION
-from mpijob.executor.client import ApiError
-from mpijob.executor.resources import collection_path
+from mpijob.kube.client import ApiError
+from mpijob.kube.resources import collection_path
 from mpijob.planner.plan import validate
 
 Obj = dict[str, Any]
@@ -252,7 +252,7 @@ async def test_client_learns_the_api_servers_clock_from_real_responses(kube: Kub
     # client.clock.now), so leaders with skewed clocks agree. Here both run on one machine: offset ~ 0.
     from datetime import timedelta
 
-    from mpijob.executor.client import Client
+    from mpijob.kube.client import Client
 
     client = Client(kube.client.api, qps=0, burst=1)
     await client.get("/version")

@@ -26,7 +26,7 @@ from operator_harness import OperatorProcess
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
 from mpijob.cli.elastic import scale_in
-from mpijob.executor.client import ApiError
+from mpijob.kube.client import ApiError
 from mpijob_testbed import SPOT_ITN_TAINT, cluster, extras, taint_node
 from mpijob_testbed.errors import TestbedError
 from mpijob_testbed.nodes import spread_evenly

@@ -18,7 +18,7 @@ from kubernetes_asyncio.config import ConfigException
 from mpijob.cli import errors
 from mpijob.cli.errors import EXIT_BUG, EXIT_KUBECONFIG, EXIT_NO_CLUSTER, EXIT_REFUSED, EXIT_USAGE
 from mpijob.cli.kube import missing_job
-from mpijob.executor.client import ApiError
+from mpijob.kube.client import ApiError
 
 BIN = Path(sys.executable).parent  # where `pip install` put the console scripts
 

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
-from mpijob.executor.client import ApiError, Client, ServerClock
+from mpijob.kube.client import ApiError, Client, ServerClock
 
 Seen = list[dict[str, Any]]
 

@@ -8,8 +8,8 @@ import asyncio
 import pytest
 import uvloop
 
+from mpijob.app.operator import _event_loop_runner
 from mpijob.cli.main import build_parser
-from mpijob.runtime.operator import _event_loop_runner
 
 
 async def _loop_type() -> type:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from mpijob.app.metrics import Metrics
 from mpijob.executor.apply import Executor
-from mpijob.executor.client import ApiError, WriteClass
 from mpijob.executor.events import EventPoster
+from mpijob.kube.client import ApiError, WriteClass
 from mpijob.planner.actions import Emit
-from mpijob.runtime.metrics import Metrics
 
 
 class SlowClient:

@@ -10,7 +10,7 @@ import socket
 
 import aiohttp
 
-from mpijob.runtime.operator import _serve_health
+from mpijob.app.operator import _serve_health
 
 
 def _free_port() -> int:

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from mpijob.executor.apply import Executor
-from mpijob.executor.client import ApiError
+from mpijob.kube.client import ApiError
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import informer as informer_module
 from mpijob.runtime.controller import Controller

@@ -49,7 +49,7 @@ def test_importing_the_operators_packages_leaves_kubernetes_asyncio_as_it_is() -
     # Only the programs (mpijob.cli) install the stand-ins; a library user gets the library's own package.
     real = _run(
         "import json, sys\n"
-        "import mpijob.runtime.operator  # noqa: F401\n"
+        "import mpijob.app.operator  # noqa: F401\n"
         "print(json.dumps(sys.modules['kubernetes_asyncio.client'].__spec__.origin is not None))"
     )
 

@@ -11,7 +11,7 @@ import aiohttp
 from kubernetes_asyncio.leaderelection.leaderelection import LeaderElection
 from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectionRecord
 
-from mpijob.runtime.operator import sturdy_lease_lock
+from mpijob.app.operator import sturdy_lease_lock
 
 
 class _Api:

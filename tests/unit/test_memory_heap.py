@@ -199,10 +199,10 @@ def test_glibc_accepts_the_thresholds_and_the_trim() -> None:
 
 
 def test_the_operator_wires_the_trims_and_the_relist_lookup_into_every_informer_and_its_queue() -> None:
+    from mpijob.app.operator import OperatorOptions, _informers
     from mpijob.executor.apply import Executor
     from mpijob.planner.snapshot import OperatorConfig
     from mpijob.runtime.controller import Controller
-    from mpijob.runtime.operator import OperatorOptions, _informers
 
     from .fakes import RecordingClient
 

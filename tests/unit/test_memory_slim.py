@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
 from mpijob.api import constants as c
+from mpijob.app.metrics import _CacheCollector, _JobStateCollector
 from mpijob.planner.actions import Patch
 from mpijob.planner.plan import plan
 from mpijob.runtime import slim
 from mpijob.runtime.cache import Cache
 from mpijob.runtime.informer import Informer
 from mpijob.runtime.kinds import BY_KIND
-from mpijob.runtime.metrics import _CacheCollector, _JobStateCollector
 from mpijob.runtime.slim import Digest
 
 from .builders import elastic, mpijob

@@ -1,4 +1,5 @@
-"""Metrics are read off what the executor applied: the reference's counters, and the elastic timings."""
+"""Metrics are read off what the executor applied: the reference's counters and the elastic decisions count the
+planner's tags on the writes that landed (planner/actions.py:Tag), the elastic timings read which were made."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from typing import Any
 from prometheus_client import generate_latest
 
 from mpijob.api import constants as c
-from mpijob.api.models import API_VERSION
-from mpijob.planner.actions import Create, Delete, Emit, Patch
+from mpijob.app.metrics import Metrics, _CacheCollector, _JobStateCollector, resource_of, signal_label
+from mpijob.planner.actions import LEAVING, Create, Delete, Emit, Patch, Tag
+from mpijob.planner.draft import status_write
+from mpijob.planner.status import read_status
 from mpijob.runtime.cache import Cache
-from mpijob.runtime.metrics import Metrics, _CacheCollector, _JobStateCollector, resource_of, signal_label
 
 from .builders import SPOT_TAINT, elastic, mpijob
 from .world import World
@@ -60,27 +62,31 @@ def test_request_paths_map_to_resources_and_subresources() -> None:
     assert signal_label("deleted") == "node-deleted"
 
 
+def _status_write(before: list[dict[str, str]], after: list[dict[str, str]]) -> Patch:
+    """The planner's status write from a job with conditions `before` to `after` (draft.status_write tags the
+    conditions it turns True)."""
+    job = _bare_job(conditions=before)
+    patch = status_write(job, job["status"], read_status({"conditions": after}), "t")
+    assert patch is not None
+    return patch
+
+
+def _leave(pod: str, reason: str) -> Patch:
+    """A leaving mark as worker_writes.mark_leaving writes it, tagged with why."""
+    annotations = {c.ANNOTATION_LEAVING_SINCE: "t", c.ANNOTATION_LEAVING_REASON: reason}
+    return Patch("v1", "Pod", pod, {"metadata": {"annotations": annotations}}, tags=(Tag(LEAVING, reason),))
+
+
 def test_reference_counters_count_condition_flips_not_status_writes() -> None:
     m = Metrics()
-    created = Patch(
-        API_VERSION,
-        "MPIJob",
-        "j",
-        {"status": {"conditions": [{"type": "Created", "status": "True"}]}},
-        subresource="status",
-    )
-    m.applied(_cache([]), _bare_job(), [created])
+    created = [_condition("Created")]
+    m.applied(_cache([]), _bare_job(), [_status_write([], created)])
     # A later status write that still says Created is not a new job.
-    m.applied(_cache([]), _bare_job(conditions=[{"type": "Created", "status": "True"}]), [created])
+    later = _status_write(created, [*created, _condition("Running")])
+    m.applied(_cache([]), _bare_job(conditions=created), [later])
     assert _value(m, "mpi_operator_jobs_created_total") == 1
-    done = Patch(
-        API_VERSION,
-        "MPIJob",
-        "j",
-        {"status": {"conditions": [{"type": "Created", "status": "True"}, {"type": "Failed", "status": "True"}]}},
-        subresource="status",
-    )
-    m.applied(_cache([]), _bare_job(conditions=[{"type": "Created", "status": "True"}]), [done])
+    done = _status_write(created, [*created, _condition("Failed")])
+    m.applied(_cache([]), _bare_job(conditions=created), [done])
     assert _value(m, "mpi_operator_jobs_failed_total") == 1
     assert _value(m, "mpi_operator_jobs_successful_total") == 0
 
@@ -91,16 +97,7 @@ def test_node_signal_timings_run_from_first_seen_taint_to_discovery_to_delete() 
     m.clock = clock
     m.stamps.nodes["n2"] = (100.0, "taint:aws-node-termination-handler/spot-itn")
     cache = _cache([_pod("j-worker-0", "n2"), _pod("j-worker-1", "n1")])
-    leave = Patch(
-        "v1",
-        "Pod",
-        "j-worker-0",
-        {
-            "metadata": {
-                "annotations": {c.ANNOTATION_LEAVING_SINCE: "t", c.ANNOTATION_LEAVING_REASON: "workersToDelete"}
-            }
-        },
-    )
+    leave = _leave("j-worker-0", "workersToDelete")
     cm = Patch("v1", "ConfigMap", "j-config", {"data": {}})
     clock.now = 100.25
     m.applied(cache, _bare_job(), [leave, cm, Emit("Normal", "WorkersLeaving", "x")])
@@ -122,16 +119,7 @@ def test_a_disrupted_worker_is_labelled_disruption_target_and_timed_from_the_pla
     m.records.of(("ns", "j")).stamps.generation = (3, 5.0)
     cache = _cache([_pod("j-worker-2", "n1")])
     cm = Patch("v1", "ConfigMap", "j-config", {"data": {}})
-    leave = Patch(
-        "v1",
-        "Pod",
-        "j-worker-2",
-        {
-            "metadata": {
-                "annotations": {c.ANNOTATION_LEAVING_SINCE: "t", c.ANNOTATION_LEAVING_REASON: "disruption-target"}
-            }
-        },
-    )
+    leave = _leave("j-worker-2", "disruption-target")
     m.applied(cache, _bare_job(), [cm, leave])  # the discovery write goes first (urgent)
     assert _value(m, "mpijob_elastic_scale_in_decisions_total", signal="disruption-target") == 1
     assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_count", signal="disruption-target") == 1
@@ -147,12 +135,7 @@ def test_a_worker_is_out_of_discovery_only_once_the_config_map_is_written() -> N
     clock = Clock()
     m.clock = clock
     cache = _cache([_pod("j-worker-3", "n1")])
-    leave = Patch(
-        "v1",
-        "Pod",
-        "j-worker-3",
-        {"metadata": {"annotations": {c.ANNOTATION_LEAVING_SINCE: "t", c.ANNOTATION_LEAVING_REASON: "scale-down"}}},
-    )
+    leave = _leave("j-worker-3", "scale-down")
     m.applied(cache, _bare_job(), [leave])  # stopped (409) before the ConfigMap write
     assert _value(m, "mpijob_elastic_signal_to_discovery_seconds_count", signal="scale-down") == 0
     clock.now = 101.0
@@ -270,3 +253,26 @@ def test_the_regrow_probe_counters_exist_at_zero_before_the_first_probe() -> Non
     metrics = Metrics()
     for result in ("created", "bound", "timed-out"):
         assert metrics.registry.get_sample_value("mpijob_elastic_regrow_probes_total", {"result": result}) == 0
+
+
+def _tags(actions: list[Any]) -> list[tuple[str, str, str]]:
+    return [(type(a).__name__, t.name, t.label) for a in actions for t in getattr(a, "tags", ())]
+
+
+def test_the_planner_tags_what_it_decided_and_the_metrics_count_the_tags() -> None:
+    m = Metrics()
+    world = World(placement=["node-1", "node-2"])
+    world.add_nodes("node-1", "node-2")
+    world.add(mpijob(workers=2, elastic_policy=elastic(1, 4, grace=0)))
+    first = world.reconcile("pi")
+    assert ("Patch", "became-true", "Created") in _tags(first), "the first status write turns Created True"
+    m.applied(_cache([]), _bare_job(), first)
+    assert _value(m, "mpi_operator_jobs_created_total") == 1
+    world.settle("pi")
+    world.taint("node-2", SPOT_TAINT)
+    before = copy.deepcopy(world.job("pi"))
+    cache = _cache([copy.deepcopy(p) for p in world.pods()])
+    batch = world.reconcile("pi")
+    assert ("Patch", "leaving", "workersToDelete") in _tags(batch), "the node's worker is marked leaving"
+    m.applied(cache, before, batch)
+    assert _value(m, "mpijob_elastic_scale_in_decisions_total", signal="workersToDelete") == 1

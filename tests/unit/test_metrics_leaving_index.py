@@ -5,9 +5,9 @@ without us deleting it is forgotten at its job's next batch (bounded memory)."""
 from __future__ import annotations
 
 from mpijob.api import constants as c
-from mpijob.planner.actions import Patch
+from mpijob.app.metrics import Metrics
+from mpijob.planner.actions import LEAVING, Patch, Tag
 from mpijob.runtime.cache import Cache
-from mpijob.runtime.metrics import Metrics
 
 
 def _cache(*names: str) -> Cache:
@@ -26,7 +26,7 @@ def _job(name: str) -> dict[str, object]:
 
 def _leave(pod: str) -> Patch:
     annotations = {c.ANNOTATION_LEAVING_SINCE: "t", c.ANNOTATION_LEAVING_REASON: "scale-down"}
-    return Patch("v1", "Pod", pod, {"metadata": {"annotations": annotations}})
+    return Patch("v1", "Pod", pod, {"metadata": {"annotations": annotations}}, tags=(Tag(LEAVING, "scale-down"),))
 
 
 def test_leaving_workers_are_kept_by_job_and_forgotten_once_gone() -> None:

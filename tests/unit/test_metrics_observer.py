@@ -8,12 +8,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from mpijob.app.metrics import Metrics
 from mpijob.executor.apply import Executor
-from mpijob.executor.client import ApiError
+from mpijob.kube.client import ApiError
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime.controller import Controller
 from mpijob.runtime.kinds import BY_KIND
-from mpijob.runtime.metrics import Metrics
 
 from .builders import mpijob
 from .fakes import RecordingClient

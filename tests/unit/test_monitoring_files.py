@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
+from mpijob.app.metrics import Metrics, _CacheCollector, _JobStateCollector
 from mpijob.runtime.cache import Cache
-from mpijob.runtime.metrics import Metrics, _CacheCollector, _JobStateCollector
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy/prometheus/mpijob-alerts.yaml"

@@ -59,9 +59,8 @@ def test_the_operator_wheel_holds_only_the_operator_package() -> None:
 
     find = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     packages = setuptools.find_packages(where=str(REPO / find["where"][0]), include=find["include"])
-    assert {"mpijob", "mpijob.api", "mpijob.planner", "mpijob.executor", "mpijob.runtime", "mpijob.cli"} <= set(
-        packages
-    )
+    layers = {"mpijob.api", "mpijob.planner", "mpijob.kube", "mpijob.executor", "mpijob.runtime", "mpijob.app"}
+    assert {"mpijob", *layers, "mpijob.cli"} <= set(packages)
     assert all(p == "mpijob" or p.startswith("mpijob.") for p in packages), packages
     assert not any("testbed" in target for target in PROJECT["scripts"].values())
 

@@ -11,13 +11,13 @@ from typing import Any
 
 import yaml
 
+from mpijob.app.operator import config_within
 from mpijob.executor.apply import json_merge_patch
 from mpijob.planner.actions import ConfirmAbsence
 from mpijob.planner.plan import plan
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import permissions
 from mpijob.runtime.kinds import watched
-from mpijob.runtime.operator import config_within
 
 from .builders import (
     NO_REGROW,

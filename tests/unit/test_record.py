@@ -7,11 +7,11 @@ import asyncio
 
 from prometheus_client import CollectorRegistry
 
+from mpijob.app.metrics import Metrics
 from mpijob.executor.apply import Executor
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime.controller import Controller, Result
 from mpijob.runtime.kinds import BY_KIND
-from mpijob.runtime.metrics import Metrics
 from mpijob.runtime.record import JobRecord, Leaving
 from mpijob.runtime.workqueue import NORMAL
 

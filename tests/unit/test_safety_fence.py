@@ -63,7 +63,7 @@ def test_without_a_fence_every_write_goes() -> None:
 def test_server_clock_follows_the_date_header_not_the_local_clock() -> None:
     from datetime import UTC, datetime, timedelta
 
-    from mpijob.executor.client import ServerClock
+    from mpijob.kube.client import ServerClock
 
     clock = ServerClock()
     local = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -78,7 +78,7 @@ def test_server_clock_follows_the_date_header_not_the_local_clock() -> None:
 def test_server_clock_ignores_missing_or_bad_headers() -> None:
     from datetime import timedelta
 
-    from mpijob.executor.client import ServerClock
+    from mpijob.kube.client import ServerClock
 
     clock = ServerClock()
     for header in (None, "", "yesterday", "Sun, 01 Mar 2026 13:00:00"):

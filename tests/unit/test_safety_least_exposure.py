@@ -19,7 +19,7 @@ import yaml
 
 from mpijob.api import constants as c
 from mpijob.executor.apply import Executor
-from mpijob.executor.client import ApiError
+from mpijob.kube.client import ApiError
 from mpijob.planner.actions import Create, Delete, Emit, Patch, RequeueAfter
 from mpijob.planner.child_writes import SECRET_RETRY_SECONDS
 from mpijob.planner.plan import plan

@@ -14,13 +14,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from mpijob.api import constants as c
+from mpijob.app.metrics import Metrics
 from mpijob.executor.apply import Executor, Outcome
 from mpijob.planner.actions import Defer, Patch, Plan
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import slim
 from mpijob.runtime.controller import Controller
 from mpijob.runtime.kinds import BY_KIND
-from mpijob.runtime.metrics import Metrics
 from mpijob.runtime.record import JobRecord
 from mpijob.runtime.spin import SPIN_THRESHOLD, SpinGuard
 from mpijob.runtime.workqueue import DISCOVERY, LOW, NORMAL, SIGNAL

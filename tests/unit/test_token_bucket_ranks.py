@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from mpijob.executor.client import TokenBucket
+from mpijob.kube.client import TokenBucket
 
 WORK, EVENT = 0, 1  # the ranks Client.bucket_for gives
 

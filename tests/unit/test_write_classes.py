@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mpijob.executor.apply import Executor
-from mpijob.executor.client import Client, WriteClass
+from mpijob.kube.client import Client, WriteClass
 from mpijob.planner.actions import Patch, Plan
 
 JOB = {"metadata": {"name": "pi", "namespace": "team-a", "uid": "u", "resourceVersion": "1"}}

@@ -19,9 +19,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from mpijob.api import constants as c
-from mpijob.executor import client
 from mpijob.executor.apply import Executor
-from mpijob.executor.resources import PLURALS
+from mpijob.kube import client
+from mpijob.kube.resources import PLURALS
 from mpijob.planner.actions import Action, ConfirmAbsence, Create, Defer, Delete, Emit, Patch, RequeueAfter
 from mpijob.planner.discovery import listed_hosts
 from mpijob.planner.plan import plan
@@ -50,7 +50,7 @@ _KINDS = {(plural, api_version): kind for (api_version, kind), plural in PLURALS
 
 
 def _parse_path(path: str) -> tuple[str, str | None, str | None]:
-    """(kind, name, subresource) of a REST path the executor builds (see executor/resources.py)."""
+    """(kind, name, subresource) of a REST path the executor builds (see kube/resources.py)."""
     parts = path.strip("/").split("/")
     if parts[:2] == ["api", "v1"]:
         api_version, rest = "v1", parts[2:]

@@ -22,8 +22,8 @@ from mpijob.cli.kube import (
     run_command,
     worker_pods,
 )
-from mpijob.executor.client import ApiError, Client
-from mpijob.executor.resources import object_path
+from mpijob.kube.client import ApiError, Client
+from mpijob.kube.resources import object_path
 from mpijob.planner.discovery import listed_lines
 from mpijob.planner.hostfile import parse_discovery_output
 from mpijob.planner.snapshot import controller_uid

@@ -16,8 +16,8 @@ from typing import NoReturn
 import aiohttp
 from kubernetes_asyncio import config as k8s_config
 
-from mpijob.executor.client import ApiError
-from mpijob.executor.kubeconfig import kubeconfig_files
+from mpijob.kube.client import ApiError
+from mpijob.kube.kubeconfig import kubeconfig_files
 
 EXIT_REFUSED = 1  # the API server refused or has no such object, or the command's own check refused (kubectl's 1)
 EXIT_USAGE = 2  # a wrong flag, value or argument (argparse's and Go's flag package's code)

@@ -17,7 +17,7 @@ from typing import Any
 from mpijob.api import constants as c
 from mpijob.api.objects import resource_version, resource_version_number
 from mpijob.cli.kube import client, get_job, namespace_arg, print_document, run_command, worker_pods
-from mpijob.executor.resources import collection_path
+from mpijob.kube.resources import collection_path
 
 # Event reason -> what happened to the job's size, for the reasons the elastic code writes.
 KINDS = {

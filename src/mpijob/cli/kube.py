@@ -19,9 +19,9 @@ from kubernetes_asyncio import client as k8s_client
 from mpijob.api import constants as c
 from mpijob.api.models import API_VERSION
 from mpijob.cli.errors import EXIT_NO_CLUSTER, CommandError, KubeconfigError
-from mpijob.executor.client import ApiError, Client
-from mpijob.executor.kubeconfig import context_names, kubeconfig_files, load_api_client, merged_kubeconfig
-from mpijob.executor.resources import collection_path, object_path
+from mpijob.kube.client import ApiError, Client
+from mpijob.kube.kubeconfig import context_names, kubeconfig_files, load_api_client, merged_kubeconfig
+from mpijob.kube.resources import collection_path, object_path
 from mpijob.planner.children import worker_selector
 
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

@@ -12,12 +12,12 @@ from mpijob.api.constants import DEFAULT_TERMINATION_TAINTS
 from mpijob.api.crd import crd, crd_yaml
 from mpijob.api.models import MANAGED_BY_US
 from mpijob.api.reference import api_reference
+from mpijob.app.operator import OperatorOptions
+from mpijob.app.operator import main as operator_main
 from mpijob.cli.kube import check_kubeconfig, reach_api_server
 from mpijob.cli.kube import client as cli_client
-from mpijob.executor.client import ApiError
+from mpijob.kube.client import ApiError
 from mpijob.planner.snapshot import OperatorConfig
-from mpijob.runtime.operator import OperatorOptions
-from mpijob.runtime.operator import main as operator_main
 
 
 def _env_list(name: str) -> list[str]:

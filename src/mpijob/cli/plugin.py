@@ -15,8 +15,8 @@ from mpijob.api.models import API_VERSION
 from mpijob.cli import elastic
 from mpijob.cli.errors import OneLineParser, run_program
 from mpijob.cli.kube import client, resolve_namespace, worker_pods
-from mpijob.executor.kubeconfig import context_names
-from mpijob.executor.resources import collection_path
+from mpijob.kube.kubeconfig import context_names
+from mpijob.kube.resources import collection_path
 
 COMMANDS = ("status", "history", "scale", "scale-in", "completion", "version")
 OUTPUTS = ("json", "yaml", "wide")

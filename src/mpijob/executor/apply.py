@@ -17,10 +17,10 @@ from typing import Any, Protocol
 from mpijob.api.constants import EVENT_SOURCE, JOB_CREATED_REASON
 from mpijob.api.models import API_VERSION
 from mpijob.api.objects import controller_uid, resource_version_number
-from mpijob.executor.client import ApiError, Client, WriteClass
 from mpijob.executor.events import EventPoster, post_event
-from mpijob.executor.resources import collection_path, object_path
 from mpijob.executor.sshkeys import ssh_key_pair
+from mpijob.kube.client import ApiError, Client, WriteClass
+from mpijob.kube.resources import collection_path, object_path
 from mpijob.planner.actions import (
     Action,
     ConfirmAbsence,

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from mpijob.executor.client import ApiError, WriteClass
+from mpijob.kube.client import ApiError, WriteClass
 
 log = logging.getLogger("mpijob.executor")
 

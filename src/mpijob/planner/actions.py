@@ -3,7 +3,9 @@ the first failure, so the planner orders them to be safe at every prefix (record
 
 The order is defined once, in `Plan.PHASES`. Each write carries the Events that announce it (`announce`):
 the executor posts them only when the write really happened (not for a create that found the object there,
-nor a delete that found it gone).
+nor a delete that found it gone). A write also carries the decisions it carries out (`tags`), for whoever
+counts them (app/metrics.py counts the tags of the writes that landed): what was decided is said here,
+once, not worked out again from the write's body.
 """
 
 from __future__ import annotations
@@ -25,6 +27,29 @@ class Emit:
 
 
 @dataclass(frozen=True)
+class Tag:
+    """A decision of the planner that a write carries out, named for the metrics (app/metrics.py). Not part
+    of the write: two writes that differ only in their tags are the same write."""
+
+    name: str  # one of the names below
+    label: str = ""  # which: a condition's type, a leave reason
+    count: int = 1  # how many (probes bound by one spec patch)
+
+
+# A condition of the status write turns True (label: its type).
+BECAME_TRUE = "became-true"
+# The write marks a worker leaving (label: why, the leave reason it writes).
+LEAVING = "leaving"
+# The spec patch lists workers whose pods are gone already: someone else removed them.
+WORKER_LOST = "worker-lost"
+# Regrow (planner/regrow.py): a probe worker created, one deleted for getting no node in time, probes bound
+# (counted in Worker replicas by the spec patch that raises them; count: how many).
+PROBE_CREATED = "probe-created"
+PROBE_TIMED_OUT = "probe-timed-out"
+PROBES_BOUND = "probes-bound"
+
+
+@dataclass(frozen=True)
 class Create:
     obj: Obj
     # A Secret whose SSH key pair the executor generates (key generation is I/O-free but random, and the
@@ -38,6 +63,7 @@ class Create:
     # The created object's uid goes into this field of the MPIJob status write that follows in the same
     # batch (the planner cannot know a uid before the create): recorded in that write, not in one more.
     uid_into_status: str | None = None
+    tags: tuple[Tag, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -51,6 +77,7 @@ class Patch:
     resource_version: str | None = None
     subresource: str | None = None
     announce: tuple[Emit, ...] = ()
+    tags: tuple[Tag, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -62,6 +89,7 @@ class Delete:
     uid: str | None = None
     propagation: str | None = None
     announce: tuple[Emit, ...] = ()
+    tags: tuple[Tag, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)

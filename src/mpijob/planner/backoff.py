@@ -43,5 +43,5 @@ def replacement_backoff(ctx: PlanContext, decided: WorkerPlan) -> WorkerPlan:
     left = (last - ctx.snapshot.now).total_seconds() + delay
     if left <= 0:
         return decided
-    ctx.draft.wake.append(left)
+    ctx.draft.requeue_after.append(left)
     return replace(decided, to_create=(), probes_to_create=())

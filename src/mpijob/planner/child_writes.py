@@ -247,7 +247,7 @@ def ensure_secret(ctx: PlanContext) -> None:
         if not uid:
             ctx.draft.secret_taken = True
             ctx.draft.conflicts.append(f"Secret {name}")
-            ctx.draft.wake.append(SECRET_RETRY_SECONDS)
+            ctx.draft.requeue_after.append(SECRET_RETRY_SECONDS)
         return
     # Present but not a string (a hand edit) is not "never recorded": the Secret is created again.
     never_recorded = recorded is None and "sshSecretUID" not in ctx.previous.invalid

@@ -13,8 +13,9 @@ from mpijob.api.models import (
     JobStatus,
     MPIJobSpec,
 )
+from mpijob.api.objects import is_true
 from mpijob.planner import status as conditions
-from mpijob.planner.actions import Create, Delete, Emit, Patch, Plan, Write
+from mpijob.planner.actions import BECAME_TRUE, Create, Delete, Emit, Patch, Plan, Tag, Write
 from mpijob.planner.snapshot import (
     Obj,
     Snapshot,
@@ -47,7 +48,7 @@ class Draft:
     delete: list[Delete] = field(default_factory=list)
     create: list[Create] = field(default_factory=list)
     finish: list[Delete] = field(default_factory=list)
-    wake: list[float] = field(default_factory=list)
+    requeue_after: list[float] = field(default_factory=list)
     # Objects with our children's names that this job does not own ("Kind name"), for ResourceConflict.
     conflicts: list[str] = field(default_factory=list)
     # The SSH Secret's name is held by a Secret we did not create.
@@ -94,7 +95,7 @@ class Draft:
             delete=tuple(self.delete),
             create=tuple(self.create),
             finish=tuple(self.finish),
-            requeue_after=min(self.wake) if self.wake else None,
+            requeue_after=min(self.requeue_after) if self.requeue_after else None,
         )
 
 
@@ -146,9 +147,9 @@ class PlanContext:
     def create_child(self, obj: Obj) -> None:
         self.draft.children.append(self.creation(obj))
 
-    def delete_pod(self, pod: Obj, why: str) -> None:
+    def delete_pod(self, pod: Obj, why: str, tags: tuple[Tag, ...] = ()) -> None:
         gone = Emit("Normal", "SuccessfulDeletePod", f"Deleted pod {name_of(pod)}: {why}")
-        self.draft.delete.append(Delete("v1", "Pod", name_of(pod), uid=uid_of(pod), announce=(gone,)))
+        self.draft.delete.append(Delete("v1", "Pod", name_of(pod), uid=uid_of(pod), announce=(gone,), tags=tags))
 
     def owned_or_conflict(self, obj: Obj | None, kind: str, name: str) -> bool | None:
         """True: ours; None: absent; False: someone else's (recorded as a conflict, never touched)."""
@@ -187,11 +188,13 @@ def status_patch(job: Obj, old: dict[str, Any], status: JobStatus, now: str) -> 
 
 def status_write(job: Obj, old: dict[str, Any], status: JobStatus, now: str) -> Patch | None:
     """The write of `status` over the status read (`old`), only when it changed (a steady job writes
-    nothing), stamped `lastReconcileTime` and optimistic on the job's resourceVersion."""
+    nothing), stamped `lastReconcileTime` and optimistic on the job's resourceVersion. Tagged with the
+    conditions it turns True (Created, Succeeded, Failed...: the metrics count them)."""
     new = conditions.dump_status(status)
     if new == old:
         return None
     new["lastReconcileTime"] = now
+    kinds = dict.fromkeys(str(cond.get("type")) for cond in new.get("conditions") or ())
     return Patch(
         API_VERSION,
         "MPIJob",
@@ -199,6 +202,7 @@ def status_write(job: Obj, old: dict[str, Any], status: JobStatus, now: str) -> 
         {"status": merge_patch_to(old, new)},
         resource_version=resource_version(job),
         subresource="status",
+        tags=tuple(Tag(BECAME_TRUE, kind) for kind in kinds if is_true(new, kind) and not is_true(old, kind)),
     )
 
 

@@ -334,7 +334,7 @@ class Departures:
     to_leave: tuple[Leave, ...]
     leaving: tuple[str, ...]
     to_delete: tuple[Obj, ...]
-    wake_after: float | None
+    requeue_after: float | None
 
 
 def departures(
@@ -348,7 +348,7 @@ def departures(
 ) -> Departures:
     """Who leaves (`leavers`), then who of the leaving is deleted now (`deletions`)."""
     kept, to_leave, on_the_way_out = leavers(snapshot, workers, terminations, record, suspended=suspended)
-    leaving, to_delete, wake_after = deletions(
+    leaving, to_delete, requeue_after = deletions(
         snapshot, policy, workers, to_leave, on_the_way_out, terminations, suspended=suspended
     )
     job_name = name_of(snapshot.job)
@@ -357,7 +357,7 @@ def departures(
         to_leave=tuple(to_leave),
         leaving=tuple(leaving),
         to_delete=tuple(to_delete),
-        wake_after=wake_after,
+        requeue_after=requeue_after,
     )
 
 
@@ -429,7 +429,7 @@ def deletions(
     leaving = list(on_the_way_out)
     seen = set(leaving)  # `name in leaving` made a mass departure quadratic
     to_delete: list[Obj] = []
-    wake_after: float | None = None
+    requeue_after: float | None = None
     for pod in workers:
         name = name_of(pod)
         if name in seen or not (is_leaving(pod) or name in marked_now):
@@ -445,12 +445,12 @@ def deletions(
             to_delete.append(pod)
         else:
             wait = (due - now).total_seconds()
-            wake_after = wait if wake_after is None else min(wake_after, wait)
+            requeue_after = wait if requeue_after is None else min(requeue_after, wait)
     # Listed workers already gone show as leaving until the next reconcile drops their names (step 2); not
     # those the cache does not show yet (a name recorded as leaving is dropped once its pod is absent).
     present = {name_of(p) for p in workers}
     leaving += [n for n in terminations.workers_to_delete if n not in present and n not in terminations.pending]
-    return leaving, to_delete, wake_after
+    return leaving, to_delete, requeue_after
 
 
 @dataclass(frozen=True)
@@ -563,7 +563,7 @@ def plan_elastic(
     starting = [p for p in undisrupted if name_of(p) not in names]
     joined = _held_back(snapshot, policy, serving, starting, record, previous)
     held = set(joined.held)
-    wakes = [w for w in (leaving.wake_after, regrown.wake_after, joined.wake_after) if w is not None]
+    requeues = [w for w in (leaving.requeue_after, regrown.requeue_after, joined.requeue_after) if w is not None]
     return WorkerPlan(
         new_replicas=terminations.replicas if terminations.replicas != spec.worker_replicas else None,
         new_workers_to_delete=(
@@ -581,7 +581,7 @@ def plan_elastic(
         hostfile_names=tuple(n for _, n in sorted(hosts)),
         discovery_names=tuple(name_of(p) for p in serving if name_of(p) not in held),
         foreign_names=grown.foreign_names,
-        wake_after=min(wakes) if wakes else None,
+        requeue_after=min(requeues) if requeues else None,
         held=terminations.held,
         failures=failures,
         job_annotations=regrown.annotations,
@@ -606,8 +606,8 @@ def _held_back(
         return joined
     candidates = [p for p in serving if name_of(p) not in joined.held]
     kept = restart.hold_growth(policy, candidates, starting, record.in_discovery, previous, snapshot.now)
-    wakes = [w for w in (joined.wake_after, kept.wake_after) if w is not None]
-    return joining.Joining((*joined.held, *kept.names), min(wakes) if wakes else None)
+    requeues = [w for w in (joined.requeue_after, kept.requeue_after) if w is not None]
+    return joining.Joining((*joined.held, *kept.names), min(requeues) if requeues else None)
 
 
 def _regrow_target(

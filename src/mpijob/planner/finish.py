@@ -41,7 +41,7 @@ def clean_pods(ctx: PlanContext) -> None:
     for pod in doomed[: worker_writes.MAX_DELETES_PER_RECONCILE]:
         ctx.delete_pod(pod, f"job finished (cleanPodPolicy {policy.value})")
     if len(doomed) > worker_writes.MAX_DELETES_PER_RECONCILE:
-        ctx.draft.wake.append(worker_writes.BUDGET_REQUEUE_SECONDS)
+        ctx.draft.requeue_after.append(worker_writes.BUDGET_REQUEUE_SECONDS)
     deleted = {a.name for a in ctx.draft.delete}
     remaining = [p for p in ctx.workers if not is_terminating(p) and name_of(p) not in deleted]
     worker_status = ctx.draft.new_status.replica_statuses.get("Worker")
@@ -52,14 +52,14 @@ def clean_pods(ctx: PlanContext) -> None:
 
 def expire(ctx: PlanContext) -> None:
     """ttlSecondsAfterFinished: the job is deleted (phase finish, after the status write, so the final
-    status and its Event go out first) once it has passed, else the plan wakes up then."""
+    status and its Event go out first) once it has passed, else the plan asks to look again then (requeue_after)."""
     ttl = ctx.spec.run_policy.ttl_seconds_after_finished
     done = parse_time(ctx.draft.new_status.completion_time)
     if ttl is None or done is None:
         return
     left = (done - ctx.snapshot.now).total_seconds() + ttl
     if left > 0:
-        ctx.draft.wake.append(left)
+        ctx.draft.requeue_after.append(left)
         return
     expired = Emit("Normal", "MPIJobDeleted", f"ttlSecondsAfterFinished ({ttl}s) expired")
     ctx.draft.finish.append(

@@ -32,7 +32,7 @@ ROUND_SECONDS = 5.0
 class Joining:
     held: tuple[str, ...] = ()
     # Seconds until the first hold expires (the job is requeued then), or None.
-    wake_after: float | None = None
+    requeue_after: float | None = None
 
 
 def _created(pod: Obj) -> datetime | None:

@@ -111,7 +111,7 @@ class Regrow:
     annotations: dict[str, str | None] | None
     to_create: tuple[int, ...]
     to_delete: tuple[Obj, ...]
-    wake_after: float | None
+    requeue_after: float | None
     status: RegrowStatus | None
     events: tuple[Emit, ...]
     timeout: int = 0
@@ -203,9 +203,9 @@ def decide(snapshot: Snapshot, inputs: Inputs) -> Regrow:
     to_create = tuple(new_indexes(count, inputs.taken, blocked, IndexPolicy.APPEND, last_used))
     if inputs.raised and inputs.replicas >= inputs.target:
         events.append(Emit("Normal", "Regrown", f"back at the target size: Worker replicas {inputs.replicas}"))
-    wakes = [config.probe_timeout_seconds - _age(p, now) for p in alive]
-    wakes += [float(config.probe_timeout_seconds)] if to_create else []
-    wakes += [(next_at - now).total_seconds()] if waiting and next_at is not None and deficit > 0 else []
+    requeues = [config.probe_timeout_seconds - _age(p, now) for p in alive]
+    requeues += [float(config.probe_timeout_seconds)] if to_create else []
+    requeues += [(next_at - now).total_seconds()] if waiting and next_at is not None and deficit > 0 else []
     status = _status(inputs, alive, attempts, last_timed_out, next_at if waiting else None, prev)
     return Regrow(
         target=inputs.target,
@@ -213,7 +213,7 @@ def decide(snapshot: Snapshot, inputs: Inputs) -> Regrow:
         annotations=target_annotations(snapshot.job, inputs.target, inputs.replicas, inputs.on),
         to_create=to_create,
         to_delete=(*late, *excess),
-        wake_after=min(wakes) if wakes else None,
+        requeue_after=min(requeues) if requeues else None,
         status=status,
         events=tuple(events),
         timeout=config.probe_timeout_seconds,

@@ -38,7 +38,7 @@ def applies(policy: ElasticPolicy | None) -> bool:
 class Held:
     names: tuple[str, ...] = ()
     # Seconds until the hold may end (the job is requeued then), or None.
-    wake_after: float | None = None
+    requeue_after: float | None = None
 
 
 def _ready_since(pod: Obj) -> datetime | None:

@@ -16,7 +16,7 @@ from mpijob.api import constants
 from mpijob.api.models import API_VERSION
 from mpijob.api.objects import is_leaving
 from mpijob.planner import children, podgroups, regrow
-from mpijob.planner.actions import Patch
+from mpijob.planner.actions import LEAVING, PROBE_CREATED, PROBE_TIMED_OUT, PROBES_BOUND, WORKER_LOST, Patch, Tag
 from mpijob.planner.backoff import replacement_backoff
 from mpijob.planner.draft import PlanContext
 from mpijob.planner.elastic import plan_elastic
@@ -94,7 +94,7 @@ def within_budget(ctx: PlanContext, decided: WorkerPlan) -> WorkerPlan:
     deletes = [pod for pod in decided.to_delete if name_of(pod) not in unmarked]
     bounded = replace(decided, to_leave=tuple(marked), to_delete=tuple(deletes[:MAX_DELETES_PER_RECONCILE]))
     if unmarked or len(deletes) > MAX_DELETES_PER_RECONCILE:
-        ctx.draft.wake.append(BUDGET_REQUEUE_SECONDS)
+        ctx.draft.requeue_after.append(BUDGET_REQUEUE_SECONDS)
     return bounded
 
 
@@ -121,8 +121,26 @@ def record_decisions(ctx: PlanContext, decided: WorkerPlan) -> None:
                 patch,
                 resource_version=resource_version(ctx.job),
                 announce=decided.events,
+                tags=_record_tags(ctx, decided),
             )
         )
+
+
+def _record_tags(ctx: PlanContext, decided: WorkerPlan) -> tuple[Tag, ...]:
+    """What the spec patch says to the metrics: workers lost (names it lists newly whose pods are gone
+    already: someone else removed them), and probes bound (Worker replicas raised with the regrow target)."""
+    tags: list[Tag] = []
+    listed = set(ctx.spec.elastic_policy.workers_to_delete if ctx.spec.elastic_policy else ())
+    added = [n for n in decided.new_workers_to_delete or () if n not in listed]
+    if any(ctx.snapshot.pods_by_name.get(n) is None for n in added):
+        tags.append(Tag(WORKER_LOST))
+    worker = ((ctx.job.get("spec") or {}).get("mpiReplicaSpecs") or {}).get("Worker") or {}
+    replicas, raised = worker.get("replicas"), decided.new_replicas
+    regrow_keys = {constants.ANNOTATION_REGROW_TARGET, constants.ANNOTATION_REGROW_REPLICAS}
+    bound = raised - replicas if isinstance(raised, int) and isinstance(replicas, int) else 0
+    if bound > 0 and regrow_keys & set(decided.job_annotations or ()):
+        tags.append(Tag(PROBES_BOUND, count=bound))
+    return tuple(tags)
 
 
 def leaving_deadlines(ctx: PlanContext, decided: WorkerPlan) -> dict[str, str]:
@@ -194,6 +212,7 @@ def mark_leaving(ctx: PlanContext, decided: WorkerPlan, deadlines: dict[str, str
                 name_of(leave.pod),
                 {"metadata": {"annotations": annotations}},
                 resource_version=resource_version(leave.pod),
+                tags=(Tag(LEAVING, leave.reason),),
             )
         )
 
@@ -211,7 +230,7 @@ def correct_deadlines(ctx: PlanContext, decided: WorkerPlan, deadlines: dict[str
         if due is None or name in skip or annotations_of(pod).get(constants.ANNOTATION_LEAVING_DEADLINE) == due:
             continue
         if budget <= 0:
-            ctx.draft.wake.append(BUDGET_REQUEUE_SECONDS)
+            ctx.draft.requeue_after.append(BUDGET_REQUEUE_SECONDS)
             return
         budget -= 1
         annotations = {constants.ANNOTATION_LEAVING_DEADLINE: due}
@@ -243,7 +262,8 @@ def delete_and_create(ctx: PlanContext, decided: WorkerPlan, suspended: bool) ->
         ctx.delete_pod(pod, "suspended" if suspended else "leaving the job")
     for pod in decided.probes_to_delete:
         late = decided.regrow is not None and name_of(pod) in _timed_out(decided)
-        ctx.delete_pod(pod, regrow.TIMED_OUT if late else "regrow probe no longer needed")
+        why = regrow.TIMED_OUT if late else "regrow probe no longer needed"
+        ctx.delete_pod(pod, why, tags=(Tag(PROBE_TIMED_OUT),) if late else ())
     if ctx.foreign_children():
         # Fail closed: a worker would mount someone else's discover_hosts.sh or SSH key.
         decided = replace(decided, to_create=())
@@ -265,8 +285,8 @@ def delete_and_create(ctx: PlanContext, decided: WorkerPlan, suspended: bool) ->
         ctx.draft.new_status.last_worker_index = max([*made, last_worker_index(ctx)])
     for name in decided.foreign_names:
         ctx.draft.conflicts.append(f"Pod {name}")
-    if decided.wake_after is not None:
-        ctx.draft.wake.append(decided.wake_after)
+    if decided.requeue_after is not None:
+        ctx.draft.requeue_after.append(decided.requeue_after)
     return decided
 
 
@@ -284,7 +304,7 @@ def create_probes(ctx: PlanContext, decided: WorkerPlan) -> None:
         pod = children.worker_pod(ctx.job, ctx.spec, index, config.cluster_domain)
         pod["metadata"].setdefault("annotations", {})[constants.ANNOTATION_REGROW_PROBE] = ctx.now
         podgroups.decorate(pod["metadata"], pod["spec"], ctx.name, config.gang_scheduler)
-        ctx.draft.create.append(ctx.creation(pod))
+        ctx.draft.create.append(replace(ctx.creation(pod), tags=(Tag(PROBE_CREATED),)))
     if decided.regrow is None:
         ctx.draft.new_status.regrow = None
         return

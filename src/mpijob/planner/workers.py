@@ -71,7 +71,7 @@ class WorkerPlan:
     hostfile_names: tuple[str, ...] = ()
     discovery_names: tuple[str, ...] = ()
     foreign_names: tuple[str, ...] = ()
-    wake_after: float | None = None
+    requeue_after: float | None = None
     # Serving workers on a cordoned node kept in service (not listed) so that a soft signal never takes the
     # job below minReplicas; as many replacements are created first (make before break).
     held: tuple[str, ...] = ()

@@ -29,7 +29,7 @@ import orjson
 
 from mpijob.api.objects import Obj, meta
 from mpijob.executor.apply import Executor, Outcome
-from mpijob.executor.client import ApiError
+from mpijob.kube.client import ApiError
 from mpijob.planner.actions import Action, Plan
 from mpijob.planner.job_status import stalled
 from mpijob.planner.plan import plan
@@ -62,7 +62,7 @@ def _fingerprint(view: dict[str, Any]) -> int:
 
 
 class Observer(Protocol):
-    """Who watches the runtime work (runtime/metrics.py:Metrics), attached by composition
+    """Who watches the runtime work (app/metrics.py:Metrics), attached by composition
     (`Controller(..., observer=...)`): told of every batch the executor applied (the actions applied, in
     order, and their outcome) and of every pass (its time, and whether it raised)."""
 

@@ -33,7 +33,7 @@ import aiohttp
 
 from mpijob.api.jsoncodec import loads
 from mpijob.api.objects import Obj
-from mpijob.executor.client import ApiError, Client
+from mpijob.kube.client import ApiError, Client
 from mpijob.runtime.kinds import Watched
 
 log = logging.getLogger("mpijob.informer")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from mpijob.executor.client import ApiError, Client
+from mpijob.kube.client import ApiError, Client
 
 log = logging.getLogger("mpijob.permissions")
 

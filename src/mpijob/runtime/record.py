@@ -4,7 +4,7 @@
 A record holds what the cache cannot show yet or at all: what the job's last passes wrote and expect to see
 (client-go's expectations, plus two hand-overs), its writes of the MPIJob in flight (the echo of our own
 write: runtime/signals.py), what the spin guard saw (runtime/spin.py), its failures in a row (the backoff),
-and the metrics' first-seen stamps (runtime/metrics.py). Nothing in it is shared with another object: the
+and the metrics' first-seen stamps (app/metrics.py). Nothing in it is shared with another object: the
 executor reports into the record it is given (`Executor.apply(..., writes=record)`), the metrics read the
 record the controller hands them.
 
@@ -52,7 +52,7 @@ class SpinSeen:
 
 @dataclass
 class Leaving:
-    """A worker of the job on its way out, for the elastic timings (runtime/metrics.py)."""
+    """A worker of the job on its way out, for the elastic timings (app/metrics.py)."""
 
     signal: str
     signal_at: float  # monotonic
@@ -61,7 +61,7 @@ class Leaving:
 
 @dataclass
 class Stamps:
-    """The metrics' first-seen stamps of one job (runtime/metrics.py)."""
+    """The metrics' first-seen stamps of one job (app/metrics.py)."""
 
     # (generation, first monotonic time the operator saw it)
     generation: tuple[int, float] | None = None

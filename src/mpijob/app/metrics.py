@@ -8,8 +8,10 @@ both run side by side (docs/migration.md).
 
 Nothing here decides anything: metrics are read off what the controller already does, which tells them as
 it goes (`Metrics` is the controller's observer: runtime/controller.py:Observer, composed at start-up by
-runtime/operator.py, no subclass). The executor's applied actions say what was written (a status patch
-flipping a condition, a worker marked leaving, a ConfigMap rewritten, a pod deleted); the API client reports
+app/operator.py, no subclass). The planner tags each write with what it decided (planner/actions.py:Tag:
+a condition turned True, a worker marked leaving, a regrow probe created, timed out or bound, workers lost)
+and the counters count the tags of the writes the executor applied; the timings read which objects were
+written (a ConfigMap rewritten, a pod deleted); the API client reports
 every response; gauges read the queue and the cache at scrape time. Elastic timings use first-seen stamps
 from the operator's own watch events, so they measure the operator (watch delivery included), not the clock
 of whoever tainted the node.
@@ -30,11 +32,22 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from mpijob.api import constants as c
-from mpijob.api.objects import Obj, is_leaving, is_true
+from mpijob.api.objects import Obj, is_leaving
 from mpijob.executor.apply import Outcome
 from mpijob.executor.events import DROP_REASONS, EventPoster
-from mpijob.planner.actions import Action, Create, Delete, Patch
-from mpijob.planner.regrow import TIMED_OUT
+from mpijob.planner.actions import (
+    BECAME_TRUE,
+    LEAVING,
+    PROBE_CREATED,
+    PROBE_TIMED_OUT,
+    PROBES_BOUND,
+    WORKER_LOST,
+    Action,
+    Create,
+    Delete,
+    Patch,
+    Tag,
+)
 from mpijob.planner.snapshot import OperatorConfig, Snapshot, parse_time
 from mpijob.planner.status import (
     BELOW_MIN_REPLICAS,
@@ -61,6 +74,8 @@ log = logging.getLogger("mpijob.metrics")
 # is only exact at a bucket boundary.
 _BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 2.5, 5, 10, 30, 60, 120, 300, 600)
 _PRECONDITIONED_WRITES = (("patch", "mpijobs"), ("patch", "mpijobs/status"), ("patch", "pods"), ("patch", "configmaps"))
+# The regrow probe tags (planner/actions.py) by their result label.
+_PROBES = {PROBE_CREATED: "created", PROBE_TIMED_OUT: "timed-out", PROBES_BOUND: "bound"}
 _VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
 # /api/v1/namespaces/ns/pods/name/status -> pods/status ; /apis/g/v/namespaces/ns/mpijobs -> mpijobs
 _PATH = re.compile(r"^/apis?/(?:[^/]+/)?v[^/]*/(?:namespaces/[^/]+/)?(?P<res>[^/]+)(?:/[^/]+(?:/(?P<sub>[^/]+))?)?")
@@ -259,58 +274,23 @@ class Metrics:
             self.reconcile_errors.inc()
 
     def applied(self, cache: Cache, job: dict[str, Any], actions: Sequence[Action]) -> None:
-        """`actions` are the ones the executor applied, in order."""
+        """`actions` are the ones the executor applied, in order: the counters count the planner's tags on
+        them (planner/actions.py:Tag), the timings read which objects were written."""
         now = self.clock()
         meta = job.get("metadata") or {}
         namespace, job_name = str(meta.get("namespace")), str(meta.get("name"))
-        status = job.get("status") or {}
         stamps = self.records.of((namespace, job_name)).stamps
-        seen = stamps.generation
-        spec_seen = seen[1] if seen is not None and seen[0] == int(meta.get("generation") or 0) else now
         # Forget workers of this job that went away without us deleting them (bounded memory).
         for name in [n for n in stamps.leaving if cache.pod(namespace, n) is None]:
             del stamps.leaving[name]
         decisions: set[str] = set()
-        self._regrow(job, actions)
         for action in actions:
-            if isinstance(action, Patch) and action.kind == "MPIJob" and action.subresource == "status":
-                new = {"conditions": (action.patch.get("status") or {}).get("conditions")}
-                if new["conditions"] is not None:  # conditions are a list: a merge patch carries all or none
-                    for kind, counter in (
-                        (CREATED, self.jobs_created),
-                        (SUCCEEDED, self.jobs_successful),
-                        (FAILED, self.jobs_failed),
-                    ):
-                        if is_true(new, kind) and not is_true(status, kind):
-                            counter.inc()
-            elif isinstance(action, Patch) and action.kind == "MPIJob" and action.subresource is None:
-                added = (action.patch.get("spec") or {}).get("elasticPolicy", {}).get("workersToDelete")
-                listed = set(((job.get("spec") or {}).get("elasticPolicy") or {}).get("workersToDelete") or [])
-                # Names the operator listed for pods that are already gone: someone else removed them.
-                if added and any(cache.pod(namespace, n) is None for n in added if n not in listed):
-                    decisions.add("worker-lost")
-            elif isinstance(action, Patch) and action.kind == "Pod":
-                annotations = (action.patch.get("metadata") or {}).get("annotations") or {}
-                if is_leaving(action.patch):  # the patch marks the pod leaving
-                    pod = cache.pod(namespace, action.name) or {}
-                    node = (pod.get("spec") or {}).get("nodeName")
-                    reason = str(annotations.get(c.ANNOTATION_LEAVING_REASON) or "workersToDelete")
-                    # The operator lists a terminating node's workers in workersToDelete: that is the signal.
-                    stamp = self.stamps.nodes.get(node) if node and reason == "workersToDelete" else None
-                    if stamp is not None:
-                        leaving = Leaving(stamp[1], stamp[0])
-                    else:
-                        # A pod's own disruption (DisruptionTarget) has no watch stamp: timed from this plan.
-                        since = now if reason == DISRUPTED else spec_seen
-                        leaving = Leaving(_reason_label(reason), since)
-                    stamps.leaving[action.name] = leaving
-                    decisions.add(leaving.signal)
-                    written = stamps.discovery
-                    if (pod.get("status") or {}).get("phase") != "Running":
-                        self._left(leaving, now)  # never listed: out of discovery as soon as it is marked
-                    elif written is not None and written >= leaving.signal_at:
-                        self._left(leaving, written)  # the discovery write went first (urgent writes first)
-            elif isinstance(action, Patch | Create) and _is_config_map(action, job_name):
+            for tag in action.tags if isinstance(action, Create | Patch | Delete) else ():
+                if tag.name == LEAVING and isinstance(action, Patch):
+                    decisions.add(self._leaving(cache, job, stamps, action.name, tag.label, now))
+                else:
+                    decisions |= self._counted(tag)
+            if isinstance(action, Patch | Create) and _is_config_map(action, job_name):
                 # discover_hosts.sh rewritten: every marked worker of this job is out of it now.
                 stamps.discovery = now
                 for leaving in stamps.leaving.values():
@@ -320,30 +300,40 @@ class Metrics:
         for signal in decisions:
             self.scale_in_decisions.labels(signal).inc()
 
-    def _regrow(self, job: dict[str, Any], actions: Sequence[Action]) -> None:
-        """Probes created (the probe annotation on a created pod), timed out (deleted for it, planner.regrow's
-        TIMED_OUT reason), bound (Worker replicas raised by the spec patch that carries the regrow target)."""
-        replicas = (((job.get("spec") or {}).get("mpiReplicaSpecs") or {}).get("Worker") or {}).get("replicas")
-        for action in actions:
-            if isinstance(action, Create) and action.obj.get("kind") == "Pod":
-                if c.ANNOTATION_REGROW_PROBE in ((action.obj.get("metadata") or {}).get("annotations") or {}):
-                    self.regrow_probes.labels("created").inc()
-            elif isinstance(action, Delete) and action.kind == "Pod":
-                if any(TIMED_OUT in e.message for e in action.announce):
-                    self.regrow_probes.labels("timed-out").inc()
-            elif isinstance(action, Patch) and action.kind == "MPIJob" and action.subresource is None:
-                annotations = (action.patch.get("metadata") or {}).get("annotations") or {}
-                raised = (
-                    ((action.patch.get("spec") or {}).get("mpiReplicaSpecs") or {}).get("Worker", {}).get("replicas")
-                )
-                regrow_keys = {c.ANNOTATION_REGROW_TARGET, c.ANNOTATION_REGROW_REPLICAS}
-                if (
-                    isinstance(raised, int)
-                    and isinstance(replicas, int)
-                    and raised > replicas
-                    and regrow_keys & set(annotations)
-                ):
-                    self.regrow_probes.labels("bound").inc(raised - replicas)
+    def _counted(self, tag: Tag) -> set[str]:
+        """A tag that is counted as it is; returns the scale-in decision it is, if any."""
+        counters = {CREATED: self.jobs_created, SUCCEEDED: self.jobs_successful, FAILED: self.jobs_failed}
+        if tag.name == BECAME_TRUE and tag.label in counters:
+            counters[tag.label].inc()
+        elif tag.name in _PROBES:
+            self.regrow_probes.labels(_PROBES[tag.name]).inc(tag.count)
+        elif tag.name == WORKER_LOST:
+            return {"worker-lost"}
+        return set()
+
+    def _leaving(self, cache: Cache, job: Obj, stamps: JobStamps, name: str, reason: str, now: float) -> str:
+        """A worker marked leaving (for `reason`): stamped with its signal and when it was seen, out of
+        discovery at once if it was never listed or the discovery write went first. Returns its signal."""
+        meta = job.get("metadata") or {}
+        seen = stamps.generation
+        pod = cache.pod(str(meta.get("namespace")), name) or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        reason = reason or "workersToDelete"
+        # The operator lists a terminating node's workers in workersToDelete: that is the signal.
+        stamp = self.stamps.nodes.get(node) if node and reason == "workersToDelete" else None
+        if stamp is not None:
+            leaving = Leaving(stamp[1], stamp[0])
+        else:
+            # A pod's own disruption (DisruptionTarget) has no watch stamp: timed from this plan.
+            spec_seen = seen[1] if seen is not None and seen[0] == int(meta.get("generation") or 0) else now
+            leaving = Leaving(_reason_label(reason), now if reason == DISRUPTED else spec_seen)
+        stamps.leaving[name] = leaving
+        written = stamps.discovery
+        if (pod.get("status") or {}).get("phase") != "Running":
+            self._left(leaving, now)  # never listed: out of discovery as soon as it is marked
+        elif written is not None and written >= leaving.signal_at:
+            self._left(leaving, written)  # the discovery write went first (urgent writes first)
+        return leaving.signal
 
     def _left(self, leaving: Leaving, now: float) -> None:
         if leaving.left_at is None:

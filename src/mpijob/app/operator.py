@@ -19,15 +19,15 @@ import aiohttp
 from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
+from mpijob.app.metrics import Metrics
 from mpijob.executor.apply import Executor
-from mpijob.executor.client import ApiError, Client
 from mpijob.executor.events import EventPoster
-from mpijob.executor.kubeconfig import load_api_client
+from mpijob.kube.client import ApiError, Client
+from mpijob.kube.kubeconfig import load_api_client
 from mpijob.planner import podgroups
 from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime import heap, informer, permissions
 from mpijob.runtime.controller import Controller
-from mpijob.runtime.metrics import Metrics
 
 # How long a stopping operator waits for its Events still in flight (then drops them: best effort).
 EVENT_DRAIN_SECONDS = 5.0
