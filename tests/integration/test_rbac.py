@@ -107,7 +107,7 @@ async def test_a_role_missing_pod_delete_leaves_the_scale_in_unfinished_and_logs
             )
 
             async def refused() -> bool:
-                return "403" in reduced.log_tail(2000) and "pods" in reduced.log_tail(2000)
+                return "403 Forbidden" in reduced.log_tail(2000) and "pods" in reduced.log_tail(2000)
 
             await eventually(refused, within=60, what="the operator's log to show the 403 on deleting the pod")
             await asyncio.sleep(3)  # well past the 1 s grace period
