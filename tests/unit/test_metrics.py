@@ -111,6 +111,22 @@ def test_node_signal_timings_run_from_first_seen_taint_to_discovery_to_delete() 
     assert _value(m, "mpijob_elastic_signal_to_deleted_seconds_sum", signal=sig) == 10.25
 
 
+def test_a_worker_whose_deletion_reached_the_cache_before_its_batch_was_reported_keeps_its_signal() -> None:
+    """Seen in a CI run: four leaving workers deleted in one batch, one DELETED event in the cache before the
+    metrics heard of the batch; its removal was counted under signal "unknown"."""
+    m = Metrics()
+    sig = "taint:aws-node-termination-handler/spot-itn"
+    m.stamps.nodes["n2"] = (100.0, sig)
+    cache = _cache([_pod("j-worker-0", "n2"), _pod("j-worker-1", "n2")])
+    m.applied(cache, _bare_job(), [_leave("j-worker-0", "workersToDelete"), _leave("j-worker-1", "workersToDelete")])
+    gone = _cache([_pod("j-worker-1", "n2")])  # j-worker-0's DELETED event came first
+    m.applied(
+        gone, _bare_job(), [Delete("v1", "Pod", "j-worker-0", uid="u0"), Delete("v1", "Pod", "j-worker-1", uid="u1")]
+    )
+    assert _value(m, "mpijob_elastic_workers_removed_total", signal=sig) == 2
+    assert _value(m, "mpijob_elastic_workers_removed_total", signal="unknown") == 0
+
+
 def test_a_disrupted_worker_is_labelled_disruption_target_and_timed_from_the_plan_that_saw_it() -> None:
     # Not from the job's last spec change (hours ago, maybe): the condition has no watch stamp of its own.
     m = Metrics()

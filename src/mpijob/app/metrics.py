@@ -280,8 +280,11 @@ class Metrics:
         meta = job.get("metadata") or {}
         namespace, job_name = str(meta.get("namespace")), str(meta.get("name"))
         stamps = self.records.of((namespace, job_name)).stamps
-        # Forget workers of this job that went away without us deleting them (bounded memory).
-        for name in [n for n in stamps.leaving if cache.pod(namespace, n) is None]:
+        # Forget workers of this job that went away without us deleting them (bounded memory). Not those this
+        # batch deletes: their DELETED events can reach the cache before the batch is reported, and their
+        # removal must still be counted with their signal.
+        deleting = {a.name for a in actions if isinstance(a, Delete) and _is_worker_delete(a, job_name)}
+        for name in [n for n in stamps.leaving if n not in deleting and cache.pod(namespace, n) is None]:
             del stamps.leaving[name]
         decisions: set[str] = set()
         for action in actions:
