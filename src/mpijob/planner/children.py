@@ -9,12 +9,12 @@ from mpijob.api import constants
 from mpijob.api.models import (
     API_VERSION,
     KIND,
-    ElasticMode,
     MPIImplementation,
     MPIJobSpec,
     RestartOptions,
     RestartPolicy,
 )
+from mpijob.planner import restart
 from mpijob.planner.hostfile import host_fqdn
 from mpijob.planner.snapshot import Obj, meta, name_of, uid_of
 
@@ -165,14 +165,9 @@ def _annotation_volume(name: str, mount_path: str, files: dict[str, str]) -> tup
     return {"name": name, "downwardAPI": {"items": items}}, {"name": name, "mountPath": mount_path, "readOnly": True}
 
 
-def restart_mode(spec: MPIJobSpec) -> bool:
-    policy = spec.elastic_policy
-    return policy is not None and policy.mode is ElasticMode.RESTART
-
-
 def _implementation_env(spec: MPIJobSpec) -> list[Obj]:
     # Restart mode: each run's hostfile, written by mpijob-run (the ConfigMap's lists every worker).
-    folder = constants.RUN_MOUNT_PATH if restart_mode(spec) else constants.CONFIG_MOUNT_PATH
+    folder = constants.RUN_MOUNT_PATH if restart.applies(spec.elastic_policy) else constants.CONFIG_MOUNT_PATH
     hostfile = f"{folder}/{constants.HOSTFILE_KEY}"
     ssh_args = "-o ConnectionAttempts=10"
     impl = spec.mpi_implementation
@@ -283,7 +278,7 @@ def launcher_job(job: Obj, spec: MPIJobSpec, *, discovery_account: str | None = 
     volumes = [ssh_volume, config_volume]
     mounts = [ssh_mount, {"name": "mpi-job-config", "mountPath": constants.CONFIG_MOUNT_PATH}]
     env = [{"name": "K_MPI_JOB_ROLE", "value": constants.ROLE_LAUNCHER}, *_implementation_env(spec)]
-    if restart_mode(spec):
+    if restart.applies(spec.elastic_policy):
         script = constants.RUN_SCRIPT_KEY
         items.append({"key": script, "path": script, "mode": 0o555})
         run_volumes, run_mounts, run_env = _restart_parts(spec, pod_spec)
