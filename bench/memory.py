@@ -213,7 +213,8 @@ def template_job() -> tuple[list[dict[str, Any]], list[str]]:
     from tests.unit.world import World
 
     nodes = [f"node-{k}" for k in range(WORKERS)]
-    job = yaml.safe_load((ROOT / "examples/elastic-horovod.yaml").read_text())
+    docs = yaml.safe_load_all((ROOT / "examples/elastic-horovod.yaml").read_text())
+    job = next(d for d in docs if d["kind"] == "MPIJob")
     job["metadata"]["name"] = TEMPLATE_JOB
     job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = WORKERS
     world = World(namespace=NAMESPACE, placement=nodes)

@@ -10,6 +10,8 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,8 @@ from mpijob_testbed.paths import resolve_bin_dir
 
 Obj = dict[str, Any]
 HOSTNAME = "kubernetes.io/hostname"
+# Lifted from the real nodes and put on the kwok nodes while an unchanged manifest runs (only_real_nodes).
+KWOK_ONLY_TAINT = "testbed.mpijob.io/runs-no-processes"
 ON_REAL_NODE: Obj = {
     "nodeSelector": {realnode.REAL_NODE_LABEL: "true"},
     "tolerations": [{"key": realnode.REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
@@ -84,3 +88,19 @@ def processes_named(*names: str) -> list[str]:
             if Path(argv0).name in names:
                 found.append(f"{entry.name} {argv0}")
     return found
+
+
+@contextmanager
+def only_real_nodes(tb: cluster.Testbed, count: int) -> Iterator[None]:
+    """For manifests that carry no toleration or node selector (the reference's examples, ours), the cluster
+    looks like one of real nodes only: the kwok nodes (which run no process) are tainted NoSchedule and the
+    real nodes' own taint is lifted; both are put back afterwards."""
+    real = realnode.node_names(count)
+    kwok = [n for n in kubectl(tb, "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}").split() if n not in real]
+    kubectl(tb, "taint", "nodes", *kwok, f"{KWOK_ONLY_TAINT}=true:NoSchedule", "--overwrite")
+    kubectl(tb, "taint", "nodes", *real, f"{realnode.REAL_NODE_TAINT}:NoSchedule-")
+    try:
+        yield
+    finally:
+        kubectl(tb, "taint", "nodes", *real, f"{realnode.REAL_NODE_TAINT}=true:NoSchedule", "--overwrite")
+        kubectl(tb, "taint", "nodes", *kwok, f"{KWOK_ONLY_TAINT}:NoSchedule-")

@@ -35,10 +35,17 @@ from typing import Any
 
 import pytest
 from cannot_run import cannot_run
-from kube import API_VERSION, Kube, eventually, mpijob
+from kube import API_VERSION, Kube, eventually, has_condition, mpijob
 from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess
-from real_node import HOSTNAME, ON_REAL_NODE, assert_down_leaves_the_host_as_found, kubectl, record
+from real_node import (
+    HOSTNAME,
+    ON_REAL_NODE,
+    assert_down_leaves_the_host_as_found,
+    kubectl,
+    only_real_nodes,
+    record,
+)
 
 from mpijob.api import constants as c
 from mpijob_testbed import SPOT_ITN_TAINT, cluster, realnode, taint_node, untaint_node
@@ -58,6 +65,9 @@ HERE = Path(__file__).parent / "horovod"
 # took over 30 s once, the old ranks aborted (`Wait timeout after 30 seconds for key(s): 2`) and the driver
 # stopped the job. A failed peer is still seen at once (its connections reset), so this only delays hangs.
 GLOO_TIMEOUT_S = 150
+# The failure-path tests, where no worker joins: after a rollback the survivors' new rendezvous can count on a
+# lost host the driver has not given up yet, and wait out the whole timeout (~2 min each at 150 s).
+NO_JOINER_GLOO_TIMEOUT_S = 30
 # COMMIT and RESET must end where the script's line ends: Horovod's C++ logger writes into the same stdout, and
 # a line glued to its output must not yield a wrong number (elastic_train.py writes each line in one write).
 COMMIT = re.compile(r"COMMIT batch=(\d+) size=(\d+) loss=")
@@ -101,12 +111,13 @@ def horovod_job(
     pre_stop_sleep: int | None = None,
     regrow: bool | Obj = True,
     worker_resources: Obj | None = None,
+    gloo_timeout: int = GLOO_TIMEOUT_S,
 ) -> Obj:
     script = "/opt/train/elastic_train.py"
     launcher = (
         "cp /opt/train/discover.sh /tmp/discover.sh && chmod +x /tmp/discover.sh && "
         f"exec horovodrun -np {workers} --min-np 1 --max-np 8 --host-discovery-script /tmp/discover.sh "
-        f"--network-interfaces eth0 --gloo-timeout-seconds {GLOO_TIMEOUT_S} --verbose --log-level INFO "
+        f"--network-interfaces eth0 --gloo-timeout-seconds {gloo_timeout} --verbose --log-level INFO "
         f"python3 -u {script}"
     )
     train_volume = {"name": "train", "configMap": {"name": f"{name}-train"}}
@@ -303,7 +314,7 @@ async def test_without_the_graceful_order_horovod_rolls_back_and_blacklists_the_
     """The same two workers lost while Horovod still counts on them (their pods deleted directly, no
     workersToDelete): the survivors' allreduce fails, Horovod restores the last commit and blacklists the hosts."""
     tb, kube = real_testbed[0], rn_kube
-    run, syncer = await start_training(tb, kube, horovod_image, 4)
+    run, syncer = await start_training(tb, kube, horovod_image, 4, gloo_timeout=NO_JOINER_GLOO_TIMEOUT_S)
     try:
         victims = [c.worker_name(run.job, 1), c.worker_name(run.job, 3)]
         runs = kubectl(tb, "-n", kube.ns, "exec", run.launcher, "--", "sh", "-c", "wc -l < /tmp/discovery-runs")
@@ -427,6 +438,68 @@ async def test_horovod_elastic_keeps_training_through_a_targeted_scale_in_withou
 DISCOVERED = re.compile(r"DISCOVERED (\d+\.\d+):([^(]*)")
 DISCOVERED_LINE = re.compile(r"DISCOVERED (\d+\.\d+):([^(]*)\((.*)\)")
 HELD = re.compile(r"HELD (\d+\.\d+): (.*)")
+
+
+# The image examples/ name, and the one example the Horovod path's user meets first.
+EXAMPLE_IMAGE = "horovod/horovod:0.28.1"
+ELASTIC_EXAMPLE = repo_root() / "examples" / "elastic-horovod.yaml"
+
+
+def example_manifest(path: Path, image: str) -> str:
+    """An example as a user applies it, with one change: the testbed's Horovod image for horovod/horovod's."""
+    text = path.read_text()
+    assert EXAMPLE_IMAGE in text, path
+    return text.replace(EXAMPLE_IMAGE, image)
+
+
+async def test_the_elastic_horovod_example_runs_as_written_and_a_scale_in_by_name_leaves_at_a_commit(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
+    horovod_image: str,
+) -> None:
+    """examples/elastic-horovod.yaml applied with kubectl as it is (its training program in its ConfigMap), but
+    for the image, on a cluster of the two real nodes (only_real_nodes): its 4 workers spread 2 and 2, Horovod
+    trains on 4; the scale-in its header shows (one worker named in workersToDelete, replicas 4 -> 3 in the same
+    patch) takes exactly that worker out at a commit: no rollback, no blacklist, the same launcher, and the job
+    runs to its last batch at 3 and Succeeds."""
+    tb, kube = real_testbed[0], rn_kube
+    run = Run(tb, kube, "elastic")
+    with only_real_nodes(tb, REAL_NODES):
+        kubectl(tb, "-n", kube.ns, "apply", "-f", "-", input_text=example_manifest(ELASTIC_EXAMPLE, horovod_image))
+        syncer = asyncio.create_task(run.find_launcher())
+        try:
+            await run.wait_log(lambda log: commits_after(log, 0, 4, 3), "training on 4 workers", within=300)
+            nodes = [p["spec"]["nodeName"] for p in await kube.workers(run.job)]
+            assert sorted(nodes.count(n) for n in set(nodes)) == [2, 2], nodes  # the example's spread
+            mark = last_batch(run.log())
+            victim = c.worker_name(run.job, 1)
+            await kube.patch_job(run.job, {"spec": {"elasticPolicy": {"workersToDelete": [victim]},
+                                                    "mpiReplicaSpecs": {"Worker": {"replicas": 3}}}})  # fmt: skip
+
+            async def succeeded() -> bool:
+                job = await kube.job(run.job)
+                assert not has_condition(job, "Failed"), job.get("status")
+                return has_condition(job, "Succeeded")
+
+            await eventually(succeeded, within=300, interval=1, what="the example's job Succeeded")
+            log = run.log()
+            after = log[log.index(f"COMMIT batch={mark} ") :]
+            assert "DONE batch=200 size=3" in log, log[-3000:]
+            removed = set(re.findall(r"(\S+?)\.\S*\[\d+\] has been removed from elastic job", after))
+            assert removed == {victim}, after[-3000:]
+            assert not ROLLBACK.search(log) and "blacklist" not in log, log[-3000:]
+            resets = [(int(b), int(s)) for b, s in RESET.findall(after)]
+            assert resets and all(s == 3 and b > mark and b % 5 == 0 for b, s in resets), resets
+            sizes = [s for _, s in commits(after)]
+            assert sizes[0] == 4 and sizes[-1] == 3 and set(sizes) == {3, 4}, sizes
+            assert run.launcher_restarts() == 0
+        except BaseException:
+            print(diagnostics(tb, kube, run))
+            raise
+        finally:
+            syncer.cancel()
+            kubectl(tb, "-n", kube.ns, "delete", "-f", "-", "--wait=false", input_text=ELASTIC_EXAMPLE.read_text())
 
 
 def held_back(log: str, worker: str, after: float) -> dict[str, Any]:
@@ -779,8 +852,9 @@ async def test_an_eviction_of_a_real_horovod_worker_takes_it_out_of_discovery_an
     # Regrow off: with capacity on the real nodes it would bring a third worker back within seconds (its own
     # proofs are elsewhere); here the eviction's outcome alone is what is looked at.
     run, syncer = await start_training(
-        tb, kube, horovod_image, 3, pre_stop_sleep=PRE_STOP_SLEEP_S if pre_stop else None, regrow=False
-    )
+        tb, kube, horovod_image, 3, pre_stop_sleep=PRE_STOP_SLEEP_S if pre_stop else None, regrow=False,
+        gloo_timeout=NO_JOINER_GLOO_TIMEOUT_S,
+    )  # fmt: skip
     victim = c.worker_name(run.job, 2)
     try:
         mark = last_batch(run.log())

@@ -35,7 +35,7 @@ from kube import API_VERSION, Kube, eventually, has_condition, job_has, mpijob, 
 from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess
 from previous_version import PREVIOUS_SOURCE  # the source of the image a `helm upgrade` starts from
-from real_node import ON_REAL_NODE, kubectl, record
+from real_node import ON_REAL_NODE, kubectl, only_real_nodes, record
 
 # The reference's own e2e suite, run on this module's testbed, operator and images (reference_e2e.py).
 from reference_e2e import (  # noqa: F401
@@ -220,25 +220,12 @@ async def test_openmpi_root_pi_runs_its_ranks_on_both_workers(
     assert not any(h.startswith(f"{job}-launcher") for _, _, h in RANK.findall(log)), log
 
 
-# Lifted from the real nodes and put on the kwok nodes while a reference example runs (see below).
-KWOK_ONLY_TAINT = "testbed.mpijob.io/runs-no-processes"
-
-
 @pytest.fixture
 def unchanged_pods_land_on_real_nodes(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> Iterator[None]:
-    """The reference's examples carry no toleration or node selector. For them the cluster looks like one of
-    real nodes only: the kwok nodes (which run no process) are tainted NoSchedule, and the real nodes' own
-    taint is lifted; both are put back afterwards. The manifests stay as upstream ships them."""
-    tb = real_testbed[0]
-    real = realnode.node_names(REAL_NODES)
-    kwok = [n for n in kubectl(tb, "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}").split() if n not in real]
-    kubectl(tb, "taint", "nodes", *kwok, f"{KWOK_ONLY_TAINT}=true:NoSchedule", "--overwrite")
-    kubectl(tb, "taint", "nodes", *real, f"{realnode.REAL_NODE_TAINT}:NoSchedule-")
-    try:
+    """The reference's examples carry no toleration or node selector: the cluster looks like one of real nodes
+    only while they run (real_node.py's `only_real_nodes`). The manifests stay as upstream ships them."""
+    with only_real_nodes(real_testbed[0], REAL_NODES):
         yield
-    finally:
-        kubectl(tb, "taint", "nodes", *real, f"{realnode.REAL_NODE_TAINT}=true:NoSchedule", "--overwrite")
-        kubectl(tb, "taint", "nodes", *kwok, f"{KWOK_ONLY_TAINT}:NoSchedule-")
 
 
 async def _run_recording_placement(kube: Kube, job: str) -> tuple[Obj, dict[str, str]]:
@@ -548,25 +535,60 @@ def gang_operator(
         yield proc
 
 
-async def test_gang_scheduling_holds_every_pod_until_the_gang_fits_then_pi_runs(
+GANG_EXAMPLE = repo_root() / "examples" / "gang-coscheduling.yaml"
+# How much CPU the fillers leave free on each real node: the example's launcher fits, none of its workers.
+GANG_FREE_M = 300
+
+
+def _cpu_requested(tb: cluster.Testbed, node: str) -> int:
+    """Millicores the unfinished pods bound to `node` request (what the scheduler counts)."""
+    pods = json.loads(kubectl(tb, "get", "pods", "-A", "--field-selector", f"spec.nodeName={node}", "-o", "json"))
+    return sum(
+        _millicores(ctr.get("resources", {}).get("requests", {}).get("cpu", "0"))
+        for p in pods["items"] if p["status"].get("phase") not in ("Succeeded", "Failed")
+        for ctr in p["spec"]["containers"]
+    )  # fmt: skip
+
+
+async def _fill_real_nodes(tb: cluster.Testbed, kube: Kube, img: str) -> list[str]:
+    """One pod per real node taking all of its free CPU but GANG_FREE_M, Running before this returns."""
+    names = []
+    for k, node in enumerate(realnode.node_names(REAL_NODES), 1):
+        alloc = _millicores(json.loads(kubectl(tb, "get", "node", node, "-o", "json"))["status"]["allocatable"]["cpu"])
+        take = alloc - _cpu_requested(tb, node) - GANG_FREE_M
+        assert take > 0, (node, alloc)
+        names.append(f"filler-{k}")
+        await kube.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": names[-1], "namespace": kube.ns},
+                           "spec": {"nodeSelector": {HOSTNAME: node}, "terminationGracePeriodSeconds": 0,
+                                    "containers": [{"name": "fill", "image": img, "imagePullPolicy": "Never",
+                                                    "command": ["sleep", "3600"],
+                                                    "resources": {"requests": {"cpu": f"{take}m"}}}]}})  # fmt: skip
+
+    async def running() -> bool:
+        return all(((await kube.get("v1", "Pod", n)) or {}).get("status", {}).get("phase") == "Running" for n in names)
+
+    await eventually(running, within=60, what="the fillers Running")
+    return names
+
+
+async def test_the_gang_example_binds_no_pod_until_the_whole_gang_fits_then_pi_runs(
     real_testbed: tuple[cluster.Testbed, dict[str, Any]],
     rn_kube: Kube,
     gang_operator: OperatorProcess,
     mpi_images: dict[str, str],
+    unchanged_pods_land_on_real_nodes: None,
 ) -> None:
-    """The reference's gang case with the real coscheduling scheduler: `schedulingPolicy.minResources` more than
-    the two real nodes have leaves the launcher and both workers Pending (none bound); lowering it to what
-    fits lets the scheduler bind the whole gang, and pi runs across both workers."""
+    """examples/gang-coscheduling.yaml as a user applies it (image swapped) to the operator its header names
+    (--gang-scheduling, the real coscheduling scheduler): while other pods hold the real nodes' CPU, so that
+    its launcher would fit and its workers would not, the PodGroup holds every pod unbound (no partial
+    gang); once that CPU is free the scheduler binds all five and pi runs on the 4 workers: Succeeded."""
     tb, kube = real_testbed[0], rn_kube
+    img = mpi_images["openmpi4"]
+    fillers = await _fill_real_nodes(tb, kube, img)
+    text = GANG_EXAMPLE.read_text()
+    assert "mpioperator/mpi-pi:openmpi" in text
+    kubectl(tb, "-n", kube.ns, "apply", "-f", "-", input_text=text.replace("mpioperator/mpi-pi:openmpi", img))
     job = "pi-gang"
-    body = pi_job(
-        job,
-        mpi_images["openmpi4"],
-        mpirun(2, "--allow-run-as-root"),
-        run_policy={"schedulingPolicy": {"minResources": {"cpu": "1000"}}},
-        launcherCreationPolicy="AtStartup",  # the gang counts the launcher: it must exist with the workers
-    )
-    await kube.create(body)
 
     async def pods() -> list[Obj]:
         return [
@@ -577,16 +599,17 @@ async def test_gang_scheduling_holds_every_pod_until_the_gang_fits_then_pi_runs(
 
     async def created() -> list[Obj] | None:
         found = await pods()
-        return found if len(found) == 3 else None
+        return found if len(found) == 5 else None
 
-    found = await eventually(created, within=60, what="the launcher and 2 workers created")
+    found = await eventually(created, within=60, what="the launcher and 4 workers created")
     assert all(p["spec"]["schedulerName"] == extras.COSCHEDULING_SCHEDULER_NAME for p in found)
     for _ in range(20):  # 10 s: nothing may bind while the gang cannot fit
         bound = [p["metadata"]["name"] for p in await pods() if p["spec"].get("nodeName")]
         assert bound == [], f"bound before the gang fits: {bound}"
         await asyncio.sleep(0.5)
-    await kube.patch_job(job, {"spec": {"runPolicy": {"schedulingPolicy": {"minResources": {"cpu": "100m"}}}}})
-    await assert_pi_ran_across_workers(tb, kube, job, 2)
+    for name in fillers:
+        await kube.delete("v1", "Pod", name)
+    await assert_pi_ran_across_workers(tb, kube, job, 4, both_nodes=False)
 
 
 async def test_a_real_mpirun_job_started_under_the_reference_keeps_running_across_the_switch_and_succeeds(
