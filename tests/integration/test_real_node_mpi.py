@@ -565,7 +565,8 @@ async def _fill_real_nodes(tb: cluster.Testbed, kube: Kube, img: str) -> list[st
                                                     "resources": {"requests": {"cpu": f"{take}m"}}}]}})  # fmt: skip
 
     async def running() -> bool:
-        return all(((await kube.get("v1", "Pod", n)) or {}).get("status", {}).get("phase") == "Running" for n in names)
+        phases = [((await kube.get("v1", "Pod", n)) or {}).get("status", {}).get("phase") for n in names]
+        return phases == ["Running"] * len(names)
 
     await eventually(running, within=60, what="the fillers Running")
     return names
