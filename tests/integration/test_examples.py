@@ -46,8 +46,8 @@ async def test_example_applies_and_the_operator_accepts_its_jobs(
     assert jobs, f"{path} has no MPIJob"
     apply = []
     for doc in docs:
+        doc["metadata"].pop("namespace", None)  # into the test's namespace
         if doc["kind"] == "MPIJob":
-            doc["metadata"].pop("namespace", None)  # into the test's namespace
             apply.append(doc)
         elif await _served(kube, doc["apiVersion"]):
             apply.append(doc)

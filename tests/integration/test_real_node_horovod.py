@@ -15,6 +15,10 @@ Two real nodes (`REAL_NODES = 2`: real-1 and real-2, each its own containerd and
 bridge): the scale-in and rollback cases let the scheduler place the pods on either; the node-termination case
 spreads the workers over both and takes real-2 away.
 
+examples/elastic-horovod.yaml and examples/kueue-elastic.yaml run here as a user applies them, the image swapped
+for the testbed's (their training program travels in their ConfigMap); the Kueue one with Kueue, built from its
+Go module, started on this testbed for it.
+
 Skipped with the reason when the real node is not possible (`real_testbed` in conftest.py) or the image cannot be
 built (the build's output is in the skip message), or when MPIJOB_SKIP_HOROVOD=1; each of these is a failure
 instead in CI (`CI=true`) and under `make e2e` (MPIJOB_REQUIRE_REAL_NODE=1), cannot_run.py.
@@ -35,7 +39,7 @@ from typing import Any
 
 import pytest
 from cannot_run import cannot_run
-from kube import API_VERSION, Kube, eventually, has_condition, mpijob
+from kube import API_VERSION, Kube, eventually, has_condition, label_node, mpijob
 from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess
 from real_node import (
@@ -48,7 +52,8 @@ from real_node import (
 )
 
 from mpijob.api import constants as c
-from mpijob_testbed import SPOT_ITN_TAINT, cluster, realnode, taint_node, untaint_node
+from mpijob_testbed import SPOT_ITN_TAINT, cluster, extras, realnode, taint_node, untaint_node
+from mpijob_testbed.errors import TestbedError
 from mpijob_testbed.load import load
 from mpijob_testbed.nodes import spread_over
 from mpijob_testbed.paths import repo_root
@@ -904,6 +909,93 @@ async def test_an_eviction_of_a_real_horovod_worker_takes_it_out_of_discovery_an
     finally:
         syncer.cancel()
         await kube.delete(API_VERSION, "MPIJob", run.job)
+
+
+KUEUE_EXAMPLE = repo_root() / "examples" / "kueue-elastic.yaml"
+# The example's ResourceFlavor selects this node label; the testbed's real nodes wear it for the test.
+CAPACITY_TYPE = "node.kubernetes.io/capacity-type"
+
+
+@pytest.fixture(scope="module")
+def kueue_on_testbed(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> None:
+    """Kueue (built from its Go module) on this module's testbed, with its MPIJob integration and webhooks."""
+    try:
+        extras.build([extras.KUEUE], echo=print)
+    except TestbedError as err:
+        cannot_run(f"Kueue could not be built: {err}")
+    cluster.start_extras((extras.KUEUE,), real_testbed[0].state_dir, echo=print)
+
+
+async def test_the_kueue_example_is_admitted_and_a_spot_signal_keeps_its_admission_and_trains_on(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_api: ApiClient,
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
+    horovod_image: str,
+    kueue_on_testbed: None,
+) -> None:
+    """examples/kueue-elastic.yaml as a user applies it (image swapped, its `default` namespace the test's), the
+    two real nodes labelled as its spot flavor says: Kueue admits the job and it trains on 4 workers, two per
+    node (the requests fit two). The node without the launcher gets a spot-interruption taint: its workers
+    leave Horovod at a commit (no rollback, no blacklist) and the rest train on; the job is never suspended,
+    keeps its admitted Worker replicas (the replacements wait Pending, the other node being full) and its
+    Workload, admitted; the job runs to its last batch and Succeeds."""
+    tb, kube = real_testbed[0], rn_kube
+    nodes = realnode.node_names(REAL_NODES)
+    text = example_manifest(KUEUE_EXAMPLE, horovod_image).replace("namespace: default", f"namespace: {kube.ns}")
+    run = Run(tb, kube, "elastic-queued")
+    workloads = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{kube.ns}/workloads"
+    with only_real_nodes(tb, REAL_NODES):
+        for node in nodes:
+            await label_node(kube.client, node, {CAPACITY_TYPE: "spot"})
+        kubectl(tb, "apply", "-f", "-", input_text=text)
+        syncer = asyncio.create_task(run.find_launcher())
+        victim_node = ""
+        try:
+            await run.wait_log(lambda log: commits_after(log, 0, 4, 3), "training on 4 workers", within=300)
+            (workload,) = (await kube.client.get(workloads))["items"]
+            assert has_condition(workload, "Admitted"), workload.get("status")
+            launcher = await kube.get("v1", "Pod", run.launcher)
+            assert launcher is not None
+            victim_node = next(n for n in nodes if n != launcher["spec"]["nodeName"])
+            before = await kube.workers(run.job)
+            doomed = sorted(p["metadata"]["name"] for p in before if p["spec"]["nodeName"] == victim_node)
+            assert len(doomed) == 2, [(p["metadata"]["name"], p["spec"]["nodeName"]) for p in before]
+            mark = last_batch(run.log())
+            await taint_node(rn_api, victim_node, SPOT_ITN_TAINT)
+            await run.wait_log(lambda log: commits_after(log, mark, 2, 3), "training going on with 2 workers")
+            job = await kube.job(run.job)
+            assert not job["spec"]["runPolicy"].get("suspend") and not has_condition(job, "Suspended")
+            assert job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 4  # as admitted
+            (again,) = (await kube.client.get(workloads))["items"]
+            assert again["metadata"]["uid"] == workload["metadata"]["uid"] and has_condition(again, "Admitted")
+            now = await kube.workers(run.job)
+            pending = [p["metadata"]["name"] for p in now if not p["spec"].get("nodeName")]
+            assert len(now) == 4 and len(pending) == 2 and not set(pending) & set(doomed), now
+
+            async def succeeded() -> bool:
+                job = await kube.job(run.job)
+                assert not has_condition(job, "Failed"), job.get("status")
+                return has_condition(job, "Succeeded")
+
+            await eventually(succeeded, within=300, interval=1, what="the example's job Succeeded")
+            log = run.log()
+            after = log[log.index(f"COMMIT batch={mark} ") :]
+            assert "DONE batch=200 size=2" in log, log[-3000:]
+            removed = set(re.findall(r"(\S+?)\.\S*\[\d+\] has been removed from elastic job", after))
+            assert removed == set(doomed), after[-3000:]
+            assert not ROLLBACK.search(log) and "blacklist" not in log, log[-3000:]
+            assert run.launcher_restarts() == 0
+        except BaseException:
+            print(diagnostics(tb, kube, run))
+            raise
+        finally:
+            syncer.cancel()
+            kubectl(tb, "delete", "-f", "-", "--wait=false", "--ignore-not-found", input_text=text)
+            if victim_node:
+                await untaint_node(rn_api, victim_node, SPOT_ITN_TAINT)
+            for node in nodes:
+                await label_node(kube.client, node, {CAPACITY_TYPE: None})
 
 
 def test_down_leaves_the_host_as_it_found_it_after_two_real_nodes(

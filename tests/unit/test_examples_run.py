@@ -23,6 +23,10 @@ RUN_BY = {
         "test_real_node_mpi.py",
         "test_the_gang_example_binds_no_pod_until_the_whole_gang_fits_then_pi_runs",
     ),
+    "kueue-elastic.yaml": (
+        "test_real_node_horovod.py",
+        "test_the_kueue_example_is_admitted_and_a_spot_signal_keeps_its_admission_and_trains_on",
+    ),
     "restart-from-checkpoint.yaml": (
         "test_real_node_mpi.py",
         "test_restart_mode_shrinks_jacobi_off_a_spot_node_and_grows_it_back_from_its_checkpoints_to_the_same_grid",
@@ -33,12 +37,9 @@ SAME_AS_REFERENCE = {"pi-openmpi.yaml": INTEGRATION / "data" / "reference-exampl
 REFERENCE_RUN = ("test_real_node_mpi.py", "test_the_reference_example_runs_unchanged_but_for_the_image")
 # Not run on the real nodes yet, and why.
 NOT_RUN_YET = {
-    "kueue-elastic.yaml": "its workers request 8 CPU each; the testbed's real nodes have 2",
-    **{
-        f"spot/{name}.yaml": "its launcher and workers need distinct on-demand and spot nodes, two of them spot "
-        "so that a reclaim leaves survivors: a third real node"
-        for name in ("aks", "aws-nth", "gke", "karpenter")
-    },
+    f"spot/{name}.yaml": "its launcher and workers need distinct on-demand and spot nodes, two of them spot "
+    "so that a reclaim leaves survivors: a third real node"
+    for name in ("aks", "aws-nth", "gke", "karpenter")
 }
 
 
@@ -64,3 +65,18 @@ def test_each_run_test_exists_and_reads_its_example() -> None:
 def test_an_example_kept_as_the_references_is_the_same_object() -> None:
     for example, reference in SAME_AS_REFERENCE.items():
         assert yaml.safe_load((EXAMPLES / example).read_text()) == yaml.safe_load(reference.read_text()), example
+
+
+def _training_programs() -> dict[str, str]:
+    programs = {}
+    for path in EXAMPLES.rglob("*.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc["kind"] == "ConfigMap" and "train.py" in doc.get("data", {}):
+                programs[str(path.relative_to(EXAMPLES))] = doc["data"]["train.py"]
+    return programs
+
+
+def test_the_examples_that_carry_a_training_program_carry_the_same_one() -> None:
+    programs = _training_programs()
+    assert {"elastic-horovod.yaml", "kueue-elastic.yaml"} <= set(programs)
+    assert len(set(programs.values())) == 1, sorted(programs)
