@@ -961,17 +961,23 @@ async def test_the_kueue_example_is_admitted_and_a_spot_signal_keeps_its_admissi
             before = await kube.workers(run.job)
             doomed = sorted(p["metadata"]["name"] for p in before if p["spec"]["nodeName"] == victim_node)
             assert len(doomed) == 2, [(p["metadata"]["name"], p["spec"]["nodeName"]) for p in before]
+            doomed_uids = {p["metadata"]["uid"] for p in before if p["spec"]["nodeName"] == victim_node}
             mark = last_batch(run.log())
             await taint_node(rn_api, victim_node, SPOT_ITN_TAINT)
-            await run.wait_log(lambda log: commits_after(log, mark, 2, 3), "training going on with 2 workers")
+
+            async def replaced() -> bool:
+                """The doomed workers deleted, two new ones in their place, unbound (no room left)."""
+                live = [p for p in await kube.workers(run.job) if not p["metadata"].get("deletionTimestamp")]
+                unbound = [p for p in live if not p["spec"].get("nodeName")]
+                return len(live) == 4 and not {p["metadata"]["uid"] for p in live} & doomed_uids and len(unbound) == 2
+
+            await eventually(replaced, within=90, interval=1, what="the doomed workers replaced by Pending ones")
             job = await kube.job(run.job)
             assert not job["spec"]["runPolicy"].get("suspend") and not has_condition(job, "Suspended")
             assert job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 4  # as admitted
             (again,) = (await kube.client.get(workloads))["items"]
             assert again["metadata"]["uid"] == workload["metadata"]["uid"] and has_condition(again, "Admitted")
-            now = await kube.workers(run.job)
-            pending = [p["metadata"]["name"] for p in now if not p["spec"].get("nodeName")]
-            assert len(now) == 4 and len(pending) == 2 and not set(pending) & set(doomed), now
+            await run.wait_log(lambda log: commits_after(log, mark, 2, 3), "training going on with 2 workers")
 
             async def succeeded() -> bool:
                 job = await kube.job(run.job)
