@@ -21,20 +21,28 @@ mkdir -p "$out"
 start=$SECONDS
 step() { printf '[image build %4ds] %s\n' $((SECONDS - start)) "$*"; }
 
-if [[ ! -f "$out/rootfs.tar" ]]; then
+# The base root filesystem is the same for every clone on this machine: kept in the user's cache (as the
+# testbed's MPI images are), named by what makes it, so a fresh clone does not run mmdebstrap again.
+base_args="minbase python3,ca-certificates bookworm doc,man,locale"
+base_dir="${XDG_CACHE_HOME:-$HOME/.cache}/mpijob/images"
+rootfs="$base_dir/operator-rootfs-$(echo "$base_args" | sha256sum | cut -c1-16).tar"
+mkdir -p "$base_dir"
+if [[ ! -f "$rootfs" ]]; then
   step "Debian bookworm root filesystem (mmdebstrap minbase + python3, ca-certificates)"
-  rm -rf "$out/rootfs.tar.tmp"
+  rm -rf "$rootfs.tmp"
   # --format: the output name ends in .tmp, from which mmdebstrap would guess a directory.
   nice -n 10 mmdebstrap --quiet --format=tar --variant=minbase --include=python3,ca-certificates \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
-    --dpkgopt='path-exclude=/usr/share/locale/*' bookworm "$out/rootfs.tar.tmp"
-  mv "$out/rootfs.tar.tmp" "$out/rootfs.tar"
+    --dpkgopt='path-exclude=/usr/share/locale/*' bookworm "$rootfs.tmp"
+  mv "$rootfs.tmp" "$rootfs"
 fi
+# Where an older version's build script looks for it (the upgrade tests build the previous image with it).
+ln -sf "$rootfs" "$out/rootfs.tar"
 
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 step "unpacking the root filesystem"
-tar -C "$stage" -xf "$out/rootfs.tar"
+tar -C "$stage" -xf "$rootfs"
 rm -rf "$stage/var/cache/apt" "$stage/var/lib/apt/lists" "$stage/var/log"/* "$stage/usr/share/doc"
 
 step "operator and locked dependencies into /opt/mpijob/lib (pip --require-hashes)"
