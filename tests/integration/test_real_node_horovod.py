@@ -457,6 +457,26 @@ def example_manifest(path: Path, image: str) -> str:
     return text.replace(EXAMPLE_IMAGE, image)
 
 
+async def ended_after_a_graceful_scale_in(run: Run, mark: int, size: int, removed: set[str]) -> str:
+    """An example's job Succeeded at `size` workers, its last batch done, after exactly the hosts `removed`
+    left Horovod at a commit past `mark`: no rollback, no blacklist, the same launcher. Returns the log from
+    that commit on."""
+
+    async def succeeded() -> bool:
+        job = await run.kube.job(run.job)
+        assert not has_condition(job, "Failed"), job.get("status")
+        return has_condition(job, "Succeeded")
+
+    await eventually(succeeded, within=300, interval=1, what="the example's job Succeeded")
+    log = run.log()
+    after = log[log.index(f"COMMIT batch={mark} ") :]
+    assert f"DONE batch=200 size={size}" in log, log[-3000:]
+    assert set(re.findall(r"(\S+?)\.\S*\[\d+\] has been removed from elastic job", after)) == removed, after[-3000:]
+    assert not ROLLBACK.search(log) and "blacklist" not in log, log[-3000:]
+    assert run.launcher_restarts() == 0
+    return after
+
+
 async def test_the_elastic_horovod_example_runs_as_written_and_a_scale_in_by_name_leaves_at_a_commit(
     real_testbed: tuple[cluster.Testbed, dict[str, Any]],
     rn_kube: Kube,
@@ -481,24 +501,11 @@ async def test_the_elastic_horovod_example_runs_as_written_and_a_scale_in_by_nam
             victim = c.worker_name(run.job, 1)
             await kube.patch_job(run.job, {"spec": {"elasticPolicy": {"workersToDelete": [victim]},
                                                     "mpiReplicaSpecs": {"Worker": {"replicas": 3}}}})  # fmt: skip
-
-            async def succeeded() -> bool:
-                job = await kube.job(run.job)
-                assert not has_condition(job, "Failed"), job.get("status")
-                return has_condition(job, "Succeeded")
-
-            await eventually(succeeded, within=300, interval=1, what="the example's job Succeeded")
-            log = run.log()
-            after = log[log.index(f"COMMIT batch={mark} ") :]
-            assert "DONE batch=200 size=3" in log, log[-3000:]
-            removed = set(re.findall(r"(\S+?)\.\S*\[\d+\] has been removed from elastic job", after))
-            assert removed == {victim}, after[-3000:]
-            assert not ROLLBACK.search(log) and "blacklist" not in log, log[-3000:]
+            after = await ended_after_a_graceful_scale_in(run, mark, 3, {victim})
             resets = [(int(b), int(s)) for b, s in RESET.findall(after)]
             assert resets and all(s == 3 and b > mark and b % 5 == 0 for b, s in resets), resets
             sizes = [s for _, s in commits(after)]
             assert sizes[0] == 4 and sizes[-1] == 3 and set(sizes) == {3, 4}, sizes
-            assert run.launcher_restarts() == 0
         except BaseException:
             print(diagnostics(tb, kube, run))
             raise
@@ -978,20 +985,7 @@ async def test_the_kueue_example_is_admitted_and_a_spot_signal_keeps_its_admissi
             (again,) = (await kube.client.get(workloads))["items"]
             assert again["metadata"]["uid"] == workload["metadata"]["uid"] and has_condition(again, "Admitted")
             await run.wait_log(lambda log: commits_after(log, mark, 2, 3), "training going on with 2 workers")
-
-            async def succeeded() -> bool:
-                job = await kube.job(run.job)
-                assert not has_condition(job, "Failed"), job.get("status")
-                return has_condition(job, "Succeeded")
-
-            await eventually(succeeded, within=300, interval=1, what="the example's job Succeeded")
-            log = run.log()
-            after = log[log.index(f"COMMIT batch={mark} ") :]
-            assert "DONE batch=200 size=2" in log, log[-3000:]
-            removed = set(re.findall(r"(\S+?)\.\S*\[\d+\] has been removed from elastic job", after))
-            assert removed == set(doomed), after[-3000:]
-            assert not ROLLBACK.search(log) and "blacklist" not in log, log[-3000:]
-            assert run.launcher_restarts() == 0
+            await ended_after_a_graceful_scale_in(run, mark, 2, set(doomed))
         except BaseException:
             print(diagnostics(tb, kube, run))
             raise
