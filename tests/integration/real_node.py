@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mpijob.planner.podgroups import parse_quantity
 from mpijob_testbed import cluster, hoststate, realnode
 from mpijob_testbed.paths import resolve_bin_dir
 
@@ -104,3 +105,22 @@ def only_real_nodes(tb: cluster.Testbed, count: int) -> Iterator[None]:
     finally:
         kubectl(tb, "taint", "nodes", *real, f"{realnode.REAL_NODE_TAINT}=true:NoSchedule", "--overwrite")
         kubectl(tb, "taint", "nodes", *kwok, f"{KWOK_ONLY_TAINT}:NoSchedule-")
+
+
+def millicores(quantity: str) -> int:
+    """A CPU quantity ("500m", "2") in millicores, parsed as the operator parses quantities."""
+    parsed = parse_quantity(quantity)
+    assert parsed is not None, quantity
+    return int(parsed * 1000)
+
+
+def allocatable_millicores(tb: cluster.Testbed, node: str) -> int:
+    """A node's allocatable CPU, as the scheduler counts it."""
+    return millicores(json.loads(kubectl(tb, "get", "node", node, "-o", "json"))["status"]["allocatable"]["cpu"])
+
+
+def example_with_image(path: Path, upstream: str, image: str) -> str:
+    """An example's text as a user applies it, with one change: the testbed's image for the one it names."""
+    text = path.read_text()
+    assert upstream in text, (path, upstream)
+    return text.replace(upstream, image)

@@ -45,7 +45,9 @@ from operator_harness import OperatorProcess
 from real_node import (
     HOSTNAME,
     ON_REAL_NODE,
+    allocatable_millicores,
     assert_down_leaves_the_host_as_found,
+    example_with_image,
     kubectl,
     only_real_nodes,
     record,
@@ -450,13 +452,6 @@ EXAMPLE_IMAGE = "horovod/horovod:0.28.1"
 ELASTIC_EXAMPLE = repo_root() / "examples" / "elastic-horovod.yaml"
 
 
-def example_manifest(path: Path, image: str) -> str:
-    """An example as a user applies it, with one change: the testbed's Horovod image for horovod/horovod's."""
-    text = path.read_text()
-    assert EXAMPLE_IMAGE in text, path
-    return text.replace(EXAMPLE_IMAGE, image)
-
-
 async def ended_after_a_graceful_scale_in(run: Run, mark: int, size: int, removed: set[str]) -> str:
     """An example's job Succeeded at `size` workers, its last batch done, after exactly the hosts `removed`
     left Horovod at a commit past `mark`: no rollback, no blacklist, the same launcher. Returns the log from
@@ -491,7 +486,15 @@ async def test_the_elastic_horovod_example_runs_as_written_and_a_scale_in_by_nam
     tb, kube = real_testbed[0], rn_kube
     run = Run(tb, kube, "elastic")
     with only_real_nodes(tb, REAL_NODES):
-        kubectl(tb, "-n", kube.ns, "apply", "-f", "-", input_text=example_manifest(ELASTIC_EXAMPLE, horovod_image))
+        kubectl(
+            tb,
+            "-n",
+            kube.ns,
+            "apply",
+            "-f",
+            "-",
+            input_text=example_with_image(ELASTIC_EXAMPLE, EXAMPLE_IMAGE, horovod_image),
+        )
         syncer = asyncio.create_task(run.find_launcher())
         try:
             await run.wait_log(lambda log: commits_after(log, 0, 4, 3), "training on 4 workers", within=300)
@@ -659,10 +662,6 @@ async def test_a_spot_interruption_on_one_of_two_real_nodes_removes_its_workers_
 REGROW_FAST: Obj = {"maxProbes": 2, "probeTimeoutSeconds": 15, "backoffSeconds": 5, "maxBackoffSeconds": 10}
 
 
-def millicores(quantity: str) -> int:
-    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
-
-
 async def watch_probes(kube: Kube, job: str, seen: dict[str, Obj]) -> None:
     """Every regrow probe of the job: the node it was bound to (None while never bound) and when it was gone."""
     while True:
@@ -697,10 +696,7 @@ async def test_after_a_spot_interruption_the_job_waits_with_timed_out_probes_and
     back at its target with nothing left in status.regrow."""
     tb, kube = real_testbed[0], rn_kube
     nodes = realnode.node_names(2)
-    alloc = {
-        n: millicores(json.loads(kubectl(tb, "get", "node", n, "-o", "json"))["status"]["allocatable"]["cpu"])
-        for n in nodes
-    }
+    alloc = {n: allocatable_millicores(tb, n) for n in nodes}
     cpu = min(alloc.values()) * 2 // 5
     assert all(2 * cpu <= a < 3 * cpu for a in alloc.values()), (alloc, cpu)
     tolerations = ON_REAL_NODE["tolerations"]
@@ -949,7 +945,9 @@ async def test_the_kueue_example_is_admitted_and_a_spot_signal_keeps_its_admissi
     Workload, admitted; the job runs to its last batch and Succeeds."""
     tb, kube = real_testbed[0], rn_kube
     nodes = realnode.node_names(REAL_NODES)
-    text = example_manifest(KUEUE_EXAMPLE, horovod_image).replace("namespace: default", f"namespace: {kube.ns}")
+    text = example_with_image(KUEUE_EXAMPLE, EXAMPLE_IMAGE, horovod_image).replace(
+        "namespace: default", f"namespace: {kube.ns}"
+    )
     run = Run(tb, kube, "elastic-queued")
     workloads = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{kube.ns}/workloads"
     with only_real_nodes(tb, REAL_NODES):

@@ -35,7 +35,15 @@ from kube import API_VERSION, Kube, eventually, has_condition, job_has, mpijob, 
 from kubernetes_asyncio.client import ApiClient
 from operator_harness import OperatorProcess
 from previous_version import PREVIOUS_SOURCE  # the source of the image a `helm upgrade` starts from
-from real_node import ON_REAL_NODE, kubectl, only_real_nodes, record
+from real_node import (
+    ON_REAL_NODE,
+    allocatable_millicores,
+    example_with_image,
+    kubectl,
+    millicores,
+    only_real_nodes,
+    record,
+)
 
 # The reference's own e2e suite, run on this module's testbed, operator and images (reference_e2e.py).
 from reference_e2e import (  # noqa: F401
@@ -544,7 +552,7 @@ def _cpu_requested(tb: cluster.Testbed, node: str) -> int:
     """Millicores the unfinished pods bound to `node` request (what the scheduler counts)."""
     pods = json.loads(kubectl(tb, "get", "pods", "-A", "--field-selector", f"spec.nodeName={node}", "-o", "json"))
     return sum(
-        _millicores(ctr.get("resources", {}).get("requests", {}).get("cpu", "0"))
+        millicores(ctr.get("resources", {}).get("requests", {}).get("cpu", "0"))
         for p in pods["items"] if p["status"].get("phase") not in ("Succeeded", "Failed")
         for ctr in p["spec"]["containers"]
     )  # fmt: skip
@@ -554,7 +562,7 @@ async def _fill_real_nodes(tb: cluster.Testbed, kube: Kube, img: str) -> list[st
     """One pod per real node taking all of its free CPU but GANG_FREE_M, Running before this returns."""
     names = []
     for k, node in enumerate(realnode.node_names(REAL_NODES), 1):
-        alloc = _millicores(json.loads(kubectl(tb, "get", "node", node, "-o", "json"))["status"]["allocatable"]["cpu"])
+        alloc = allocatable_millicores(tb, node)
         take = alloc - _cpu_requested(tb, node) - GANG_FREE_M
         assert take > 0, (node, alloc)
         names.append(f"filler-{k}")
@@ -586,9 +594,8 @@ async def test_the_gang_example_binds_no_pod_until_the_whole_gang_fits_then_pi_r
     tb, kube = real_testbed[0], rn_kube
     img = mpi_images["openmpi4"]
     fillers = await _fill_real_nodes(tb, kube, img)
-    text = GANG_EXAMPLE.read_text()
-    assert "mpioperator/mpi-pi:openmpi" in text
-    kubectl(tb, "-n", kube.ns, "apply", "-f", "-", input_text=text.replace("mpioperator/mpi-pi:openmpi", img))
+    text = example_with_image(GANG_EXAMPLE, "mpioperator/mpi-pi:openmpi", img)
+    kubectl(tb, "-n", kube.ns, "apply", "-f", "-", input_text=text)
     job = "pi-gang"
 
     async def pods() -> list[Obj]:
@@ -1024,10 +1031,6 @@ STARTING = re.compile(r"starting at iteration (\d+) with (\d+) ranks")
 RUN = re.compile(r"mpijob-run: run (\d+) on (\d+) hosts, (\d+) ranks")
 
 
-def _millicores(quantity: str) -> int:
-    return int(quantity[:-1]) if quantity.endswith("m") else int(float(quantity) * 1000)
-
-
 EXAMPLE = repo_root() / "examples" / "restart-from-checkpoint.yaml"
 
 
@@ -1037,8 +1040,7 @@ def restart_job(tb: cluster.Testbed, img: str) -> Obj:
     two and never a third (the regrow waits for real-2), the launcher on real-1. The spec is the example's."""
     body: Obj = yaml.safe_load(EXAMPLE.read_text())
     nodes = realnode.node_names(REAL_NODES)
-    alloc = [_millicores(json.loads(kubectl(tb, "get", "node", n, "-o", "json"))["status"]["allocatable"]["cpu"])
-             for n in nodes]  # fmt: skip
+    alloc = [allocatable_millicores(tb, n) for n in nodes]
     launcher, worker = (body["spec"]["mpiReplicaSpecs"][k]["template"]["spec"] for k in ("Launcher", "Worker"))
     for pod in (launcher, worker):
         pod["containers"][0]["image"] = img

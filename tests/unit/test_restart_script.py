@@ -49,7 +49,7 @@ class Supervised:
             "MPIJOB_RUN_CONFIG_LIST": str(tmp / "none"),
             "MPIJOB_HOSTFILE": str(tmp / "hostfile"),
             "MPIJOB_GRACE_SECONDS": "10",
-            "FINISH": str(tmp / "finish"),
+            "FINISH": str(self.finish),
             **env,
         }
         self.proc = subprocess.Popen(
