@@ -89,8 +89,10 @@ class Outcome:
     deleted_pods: list[tuple[str, str | None]] = field(default_factory=list)
     # How many actions, from the first, were applied (all of them unless execution stopped early).
     applied: int = 0
-    # The plan said Defer: the urgent writes are done; the rest is for the job's next pass.
+    # The plan said Defer: the urgent writes are done; the rest is for the job's next pass. `settled_later`:
+    # that rest is only Plan.settle (Defer(settle=True)).
     deferred: bool = False
+    settled_later: bool = False
     # The plan still asked for live reads when the reconcile ran out of rounds: the next pass goes on.
     more_reads: bool = False
     # resourceVersion of the job's ConfigMap after our patch, if we patched it.
@@ -212,6 +214,7 @@ class Executor:
             batch.announce(action)
         elif isinstance(action, Defer):
             outcome.deferred = True
+            outcome.settled_later = action.settle
             return True
         elif isinstance(action, RequeueAfter):
             outcome.requeue_after = action.seconds

@@ -101,7 +101,13 @@ class RequeueAfter:
 class Defer:
     """Stop here and reconcile the job again later: the writes before it are urgent (workers leaving
     discovery), the rest can wait. The next plan recomputes the rest from fresh data (`Plan.urgent_rest`
-    says whether that rest still drops hosts)."""
+    says whether that rest still drops hosts).
+
+    `settle`: what follows is only `Plan.settle` (objects no pod or launcher waits for); the job's next pass
+    comes behind every other job's ordinary work, so under a shared QPS budget these creates do not delay
+    another job's pods."""
+
+    settle: bool = False
 
 
 @dataclass(frozen=True)
@@ -141,6 +147,10 @@ class Plan(Sequence[Action]):
     - delete: pods that go; after the status, which records why (leavingWorkers, discoveredHosts).
     - create: new workers and the launcher; after the status, which records lastWorkerIndex.
     - finish: the job's own deletion (ttlSecondsAfterFinished), after its final status.
+    - settle: creates of objects nothing waits for (the PodDisruptionBudget, the discovery Role and its
+      RoleBinding: discover_hosts.sh reads the projected files until the API answers). When the plan has
+      other writes, a Defer(settle=True) comes before them: they go out in a pass of their own, behind
+      other jobs' ordinary passes (docs/design.md, "The order of work").
     - requeue_after: when to plan again at the latest (a grace period or backoff ending).
     - confirm: live reads needed before deciding; a plan that asks for them writes nothing.
     """
@@ -157,6 +167,7 @@ class Plan(Sequence[Action]):
         "delete",
         "create",
         "finish",
+        "settle",
     )
 
     leave_discovery: tuple[Write, ...] = ()
@@ -170,6 +181,7 @@ class Plan(Sequence[Action]):
     delete: tuple[Delete, ...] = ()
     create: tuple[Create, ...] = ()
     finish: tuple[Delete, ...] = ()
+    settle: tuple[Create, ...] = ()
     requeue_after: float | None = None
     confirm: tuple[ConfirmAbsence, ...] = ()
     # Planned only as far as leave_discovery (`plan(..., urgent_first=True)`): the rest is planned by the
@@ -181,13 +193,15 @@ class Plan(Sequence[Action]):
     ordered: tuple[Action, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        rest: list[Action] = [action for phase in self.PHASES[1:] for action in getattr(self, phase)]
+        rest: list[Action] = [action for phase in self.PHASES[1:-1] for action in getattr(self, phase)]
         urgent: list[Action] = list(self.leave_discovery)
-        if urgent and (self.partial or self.urgent_rest or any(isinstance(a, Create | Patch | Delete) for a in rest)):
+        if urgent and (self.partial or self.urgent_rest or self.settle or any(_is_write(a) for a in rest)):
             urgent.append(Defer())
         if self.requeue_after is not None:
             rest.append(RequeueAfter(max(0.0, self.requeue_after)))
-        object.__setattr__(self, "ordered", (*self.confirm, *urgent, *rest))
+        if self.settle and any(_is_write(a) for a in rest):
+            rest.append(Defer(settle=True))
+        object.__setattr__(self, "ordered", (*self.confirm, *urgent, *rest, *self.settle))
 
     def phases(self) -> Iterator[tuple[str, tuple[Action, ...]]]:
         """(phase name, its actions) in order, for tests and logs."""
@@ -211,6 +225,10 @@ class Plan(Sequence[Action]):
 
     def __len__(self) -> int:
         return len(self.ordered)
+
+
+def _is_write(action: Action) -> bool:
+    return isinstance(action, Create | Patch | Delete)
 
 
 NOTHING = Plan()

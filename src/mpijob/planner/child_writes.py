@@ -202,7 +202,9 @@ def ensure_discovery_access(ctx: PlanContext) -> tuple[bool, str | None]:
             ctx.create_child(children.discovery_service_account(ctx.job))
     owned_role = ctx.owned_or_conflict(role, "Role", name)
     if owned_role is None:
-        ctx.create_child(children.discovery_role(ctx.job))
+        # Settle: until the Role and binding exist discover_hosts.sh reads the projected files (a 403 is
+        # not a usable answer), so the launcher waits only for its ServiceAccount.
+        ctx.create_child(children.discovery_role(ctx.job), settle=True)
     elif owned_role and role is not None and role.get("rules") != children.discovery_rules(ctx.job):
         rules = children.discovery_rules(ctx.job)
         ctx.draft.children.append(Patch(rbac, "Role", name, {"rules": rules}, resource_version=resource_version(role)))
@@ -212,7 +214,7 @@ def ensure_discovery_access(ctx: PlanContext) -> tuple[bool, str | None]:
         if owned_binding and binding is not None:
             ctx.draft.children.append(Delete(rbac, "RoleBinding", name, uid=uid_of(binding)))
     elif owned_binding is None:
-        ctx.create_child(desired)
+        ctx.create_child(desired, settle=True)
     elif owned_binding and binding is not None:
         if binding.get("roleRef") != desired["roleRef"]:
             # roleRef is immutable: replace the binding (created again by the next reconcile).
@@ -290,7 +292,8 @@ def ensure_pdb(ctx: PlanContext) -> None:
             ctx.draft.children.append(Delete("policy/v1", "PodDisruptionBudget", name, uid=uid_of(current)))
         return
     if owned is None:
-        ctx.create_child(children.pdb(ctx.job, ep.min_replicas))
+        # Settle: it guards a running job against voluntary evictions; the pods do not wait for it.
+        ctx.create_child(children.pdb(ctx.job, ep.min_replicas), settle=True)
     elif owned and current is not None and (current.get("spec") or {}).get("minAvailable") != ep.min_replicas:
         ctx.draft.children.append(
             Patch(

@@ -48,6 +48,7 @@ class Draft:
     delete: list[Delete] = field(default_factory=list)
     create: list[Create] = field(default_factory=list)
     finish: list[Delete] = field(default_factory=list)
+    settle: list[Create] = field(default_factory=list)
     requeue_after: list[float] = field(default_factory=list)
     # Objects with our children's names that this job does not own ("Kind name"), for ResourceConflict.
     conflicts: list[str] = field(default_factory=list)
@@ -95,6 +96,7 @@ class Draft:
             delete=tuple(self.delete),
             create=tuple(self.create),
             finish=tuple(self.finish),
+            settle=tuple(self.settle),
             requeue_after=min(self.requeue_after) if self.requeue_after else None,
         )
 
@@ -144,8 +146,9 @@ class PlanContext:
         made = Emit("Normal", f"SuccessfulCreate{kind}", f"Created {kind} {obj['metadata']['name']}")
         return Create(obj, generate_ssh_keys=ssh, exclusive=exclusive, announce=(made,))
 
-    def create_child(self, obj: Obj) -> None:
-        self.draft.children.append(self.creation(obj))
+    def create_child(self, obj: Obj, *, settle: bool = False) -> None:
+        """`settle`: nothing waits for it (Plan.settle); created in a pass of its own when others write."""
+        (self.draft.settle if settle else self.draft.children).append(self.creation(obj))
 
     def delete_pod(self, pod: Obj, why: str, tags: tuple[Tag, ...] = ()) -> None:
         gone = Emit("Normal", "SuccessfulDeletePod", f"Deleted pod {name_of(pod)}: {why}")

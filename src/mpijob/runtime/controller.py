@@ -289,7 +289,10 @@ class Controller:
             return Result(0.2, priority)
         if outcome.deferred:
             # The rest of a pass cut after its urgent writes: behind every signalled job, and ahead of the
-            # ordinary rest while its launcher nudges are still to go (docs/design.md, "The order of work").
+            # ordinary rest while its launcher nudges are still to go; a rest of settle creates only, behind
+            # every other job's ordinary work (docs/design.md, "The order of work").
+            if outcome.settled_later:
+                return Result(0.0, LOW)
             urgent_rest = isinstance(actions, Plan) and actions.urgent_rest
             return Result(0.0, DISCOVERY if urgent_rest else NORMAL)
         if outcome.more_reads:
