@@ -14,7 +14,7 @@ from mpijob.planner.snapshot import OperatorConfig
 from mpijob.runtime.controller import Controller
 from mpijob.runtime.workqueue import LOW, NORMAL
 
-from .builders import creates, elastic, mpijob, snap, writes
+from .builders import creates, elastic, existing_children, mpijob, snap, status_of, worker, writes
 from .fakes import RecordingClient
 from .world import World
 
@@ -54,6 +54,24 @@ def test_a_settled_job_whose_budget_and_grant_are_gone_gets_them_back_in_one_pas
     assert not any(isinstance(a, Defer) for a in actions)
     assert [w.obj["kind"] for w in writes(actions) if isinstance(w, Create)] == SETTLE_KINDS
     assert creates(actions, "PodDisruptionBudget")[0]["spec"]["minAvailable"] == 1
+
+
+def test_a_pass_that_creates_no_pod_writes_the_budget_and_grant_before_the_status_that_says_running() -> None:
+    job = mpijob(workers=2, elastic_policy=elastic(1, 2))
+    kids = existing_children(job)
+    kids.update(pdb_obj=None, role_obj=None, role_binding_obj=None)
+
+    actions = plan(snap(job, [worker(job, i) for i in range(2)], **kids))
+
+    assert not any(isinstance(a, Defer) for a in actions)
+    kinds = [a.obj["kind"] if isinstance(a, Create) else a.kind for a in writes(actions)]  # type: ignore[union-attr]
+    status = next(i for i, a in enumerate(writes(actions)) if _running(a))
+    assert all(kinds.index(kind) < status for kind in SETTLE_KINDS)
+
+
+def _running(action: object) -> bool:
+    status = status_of([action]) or {}  # type: ignore[list-item]
+    return any(x["type"] == "Running" and x["status"] == "True" for x in status.get("conditions") or [])
 
 
 def test_a_plain_job_has_nothing_to_settle() -> None:

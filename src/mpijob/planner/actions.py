@@ -147,10 +147,11 @@ class Plan(Sequence[Action]):
     - delete: pods that go; after the status, which records why (leavingWorkers, discoveredHosts).
     - create: new workers and the launcher; after the status, which records lastWorkerIndex.
     - finish: the job's own deletion (ttlSecondsAfterFinished), after its final status.
-    - settle: creates of objects nothing waits for (the PodDisruptionBudget, the discovery Role and its
-      RoleBinding: discover_hosts.sh reads the projected files until the API answers). When the plan has
-      other writes, a Defer(settle=True) comes before them: they go out in a pass of their own, behind
-      other jobs' ordinary passes (docs/design.md, "The order of work").
+    - settle: in a plan that creates pods or the launcher, the creates of objects nothing waits for (the
+      PodDisruptionBudget, the discovery Role and its RoleBinding: discover_hosts.sh reads the projected
+      files until the API answers), after a Defer(settle=True): they go out in a pass of their own, behind
+      other jobs' ordinary passes (docs/design.md, "The order of work"). In any other plan they are
+      ordinary children, written before that plan's status.
     - requeue_after: when to plan again at the latest (a grace period or backoff ending).
     - confirm: live reads needed before deciding; a plan that asks for them writes nothing.
     """

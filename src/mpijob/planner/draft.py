@@ -90,13 +90,15 @@ class Draft:
             mark=rest(self.mark),
             discovery=rest(self.discovery),
             announce=tuple(self.announce),
-            children=tuple(self.children),
+            # Objects nothing waits for wait only behind a pass that creates pods or the launcher (Plan.settle);
+            # otherwise they are ordinary children, written before the status (so a Running job has them).
+            children=tuple(self.children) if self.create else (*self.children, *self.settle),
             secret=tuple(self.secret),
             status=tuple(self.status),
             delete=tuple(self.delete),
             create=tuple(self.create),
             finish=tuple(self.finish),
-            settle=tuple(self.settle),
+            settle=tuple(self.settle) if self.create else (),
             requeue_after=min(self.requeue_after) if self.requeue_after else None,
         )
 
@@ -147,8 +149,12 @@ class PlanContext:
         return Create(obj, generate_ssh_keys=ssh, exclusive=exclusive, announce=(made,))
 
     def create_child(self, obj: Obj, *, settle: bool = False) -> None:
-        """`settle`: nothing waits for it (Plan.settle); created in a pass of its own when others write."""
-        (self.draft.settle if settle else self.draft.children).append(self.creation(obj))
+        """`settle`: nothing waits for it; created after this pass's pods and launcher (Plan.settle), with no
+        Event: in a batch of their own its announcement would be one more request per job."""
+        if settle:
+            self.draft.settle.append(Create(obj))
+        else:
+            self.draft.children.append(self.creation(obj))
 
     def delete_pod(self, pod: Obj, why: str, tags: tuple[Tag, ...] = ()) -> None:
         gone = Emit("Normal", "SuccessfulDeletePod", f"Deleted pod {name_of(pod)}: {why}")

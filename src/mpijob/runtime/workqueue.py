@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 # Priorities, highest first. SIGNAL: an event that can change who is in a launcher's discovery (a node
 # signal, a pod going, someone's edit of the MPIJob: runtime/signals.py). DISCOVERY: the rest of a pass cut
-# before its launcher nudges (`Plan.urgent_rest`). NORMAL: everything else. LOW: the startup sweep and the
-# events of the first list.
+# before its launcher nudges (`Plan.urgent_rest`). NORMAL: everything else. LOW: the startup sweep, the
+# events of the first list, and a new job's objects nothing waits for (`Plan.settle`).
 SIGNAL, DISCOVERY, NORMAL, LOW = 3, 2, 1, 0
 
 
