@@ -297,6 +297,17 @@ def commits_after(log: str, mark: int, size: int, count: int) -> bool:
     return len([b for b, s in commits(log) if b > mark and s == size]) >= count
 
 
+# horovodrun's ssh line for each worker process: its host and its first rank.
+RANK_OF_HOST = re.compile(r"HOROVOD_HOSTNAME=([^.\s]+)\.\S* HOROVOD_RANK=(\d+) ")
+
+
+def coordinator(log: str) -> str:
+    """The worker whose process Horovod started as rank 0 (its coordinator), by pod name."""
+    ranks = {int(r): host for host, r in RANK_OF_HOST.findall(log)}
+    assert 0 in ranks, log[-3000:]
+    return ranks[0]
+
+
 def last_batch(log: str) -> int:
     found = commits(log)
     return found[-1][0] if found else 0
@@ -855,7 +866,12 @@ async def test_an_eviction_of_a_real_horovod_worker_takes_it_out_of_discovery_an
     write lands, before Horovod's next poll and commit: the survivors roll back to the last commit and the
     evicted host is blacklisted (it is gone anyway; seen in every run so far, but a race, so either outcome is
     accepted here and recorded). With the guide's preStop sleep the process outlives the eviction: Horovod
-    drops the host at a commit, no rollback, no blacklist (asserted)."""
+    drops the host at a commit, no rollback, no blacklist (asserted), even when it is Horovod's coordinator.
+
+    As is, the victim is a worker other than the coordinator (rank 0): Horovod's driver tells the old
+    coordinator of the new host set with a connect that has no timeout, so once an evicted coordinator's pod
+    IP is gone the driver stalls for the kernel's SYN retries (~127 s, measured 65-168 s) before the ring
+    re-forms; a Horovod limit the guide's hook avoids (docs/elastic.md), not what this test looks at."""
     tb, kube = real_testbed[0], rn_kube
     # Regrow off: with capacity on the real nodes it would bring a third worker back within seconds (its own
     # proofs are elsewhere); here the eviction's outcome alone is what is looked at.
@@ -863,9 +879,13 @@ async def test_an_eviction_of_a_real_horovod_worker_takes_it_out_of_discovery_an
         tb, kube, horovod_image, 3, pre_stop_sleep=PRE_STOP_SLEEP_S if pre_stop else None, regrow=False,
         gloo_timeout=NO_JOINER_GLOO_TIMEOUT_S,
     )  # fmt: skip
-    victim = c.worker_name(run.job, 2)
     try:
-        mark = last_batch(run.log())
+        log = run.log()
+        mark = last_batch(log)
+        first = coordinator(log)
+        victim = c.worker_name(run.job, 2)
+        if not pre_stop and victim == first:
+            victim = c.worker_name(run.job, 1)
         evicted = time.time()
         await kube.evict(victim)
         await run.wait_log(lambda log: commits_after(log, mark, 2, 3), "training going on with 2 workers", within=300)
@@ -878,6 +898,7 @@ async def test_an_eviction_of_a_real_horovod_worker_takes_it_out_of_discovery_an
         delisted = delisted_at(log, [victim], evicted)
         outcome = {
             "pre_stop": pre_stop,
+            "victim_was_coordinator": victim == first,
             "removed_at_commit": victim in removed,
             "rollbacks": rollbacks,
             "blacklisted": blacklisted,
