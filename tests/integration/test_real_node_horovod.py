@@ -870,7 +870,7 @@ async def test_an_eviction_of_a_real_horovod_worker_takes_it_out_of_discovery_an
 
     As is, the victim is a worker other than the coordinator (rank 0): Horovod's driver tells the old
     coordinator of the new host set with a connect that has no timeout, so once an evicted coordinator's pod
-    IP is gone the driver stalls for the kernel's SYN retries (~127 s, measured 65-168 s) before the ring
+    IP is gone the driver stalls for the kernel's SYN retries (measured 46-141 s) before the ring
     re-forms; a Horovod limit the guide's hook avoids (docs/elastic.md), not what this test looks at."""
     tb, kube = real_testbed[0], rn_kube
     # Regrow off: with capacity on the real nodes it would bring a third worker back within seconds (its own
