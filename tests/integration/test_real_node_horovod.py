@@ -11,13 +11,16 @@ Names resolve through the testbed's cluster DNS (CoreDNS with the kubernetes plu
 `cache 30`; src/mpijob_testbed/clusterdns.py): the workers' records are the headless Service's, and the
 operator's discover_hosts.sh holds back a name DNS does not resolve to its pod yet (docs/elastic.md).
 
-Two real nodes (`REAL_NODES = 2`: real-1 and real-2, each its own containerd and kubelet on this host, one
-bridge): the scale-in and rollback cases let the scheduler place the pods on either; the node-termination case
-spreads the workers over both and takes real-2 away.
+Three real nodes (`REAL_NODES = 3`: real-1, real-2 and real-3, each its own containerd and kubelet on this host,
+one bridge). Every test but the spot examples' runs on real-1 and real-2 (real-3 is held out by a taint no pod
+here tolerates): the scale-in and rollback cases let the scheduler place the pods on either; the
+node-termination case spreads the workers over both and takes real-2 away. The spot examples need all three: a
+launcher node apart from two spot nodes, so that a reclaim leaves survivors.
 
-examples/elastic-horovod.yaml and examples/kueue-elastic.yaml run here as a user applies them, the image swapped
-for the testbed's (their training program travels in their ConfigMap); the Kueue one with Kueue, built from its
-Go module, started on this testbed for it.
+examples/elastic-horovod.yaml, examples/kueue-elastic.yaml and examples/spot/*.yaml run here as a user applies
+them, the image swapped for the testbed's (their training program travels in their ConfigMap); the Kueue one with
+Kueue, built from its Go module, started on this testbed for it; the spot ones on nodes dressed as each provider
+dresses its pools, reclaimed with that provider's own signal.
 
 Skipped with the reason when the real node is not possible (`real_testbed` in conftest.py) or the image cannot be
 built (the build's output is in the skip message), or when MPIJOB_SKIP_HOROVOD=1; each of these is a failure
@@ -34,6 +37,8 @@ import os
 import re
 import subprocess
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +59,17 @@ from real_node import (
 )
 
 from mpijob.api import constants as c
-from mpijob_testbed import SPOT_ITN_TAINT, cluster, extras, realnode, taint_node, untaint_node
+from mpijob.kube.client import ApiError
+from mpijob_testbed import (
+    SPOT_ITN_TAINT,
+    cluster,
+    cordon_node,
+    extras,
+    realnode,
+    taint_node,
+    uncordon_node,
+    untaint_node,
+)
 from mpijob_testbed.errors import TestbedError
 from mpijob_testbed.load import load
 from mpijob_testbed.nodes import spread_over
@@ -64,7 +79,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.realnode]
 
 Obj = dict[str, Any]
 # real_testbed (conftest.py) starts this many real nodes for this module.
-REAL_NODES = 2
+REAL_NODES = 3
+# The nodes every test but the spot examples' runs on (real-1, real-2); the last one is held out for them.
+WORKING_NODES = 2
+SPARE_NODE = realnode.node_names(REAL_NODES)[-1]
+SPARE_TAINT = "testbed.mpijob.io/spare"
 HOROVOD_IMAGE = "mpijob.local/horovod:testbed"
 HERE = Path(__file__).parent / "horovod"
 # How long Gloo's rendezvous waits for a peer (Horovod's default is 30 s). A worker added by a scale-out must
@@ -89,6 +108,13 @@ def horovod_wanted() -> None:
     the same scope its tests ask for (and no test here asks for a session-scoped one)."""
     if os.environ.get("MPIJOB_SKIP_HOROVOD") == "1":
         cannot_run("MPIJOB_SKIP_HOROVOD=1")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def spare_node_held(real_testbed: tuple[cluster.Testbed, dict[str, Any]]) -> None:
+    """real-3 out of every test's way (a taint no pod here tolerates, on top of the real nodes' own) but the spot
+    examples', which lift it: the other tests see the two nodes they were written for."""
+    kubectl(real_testbed[0], "taint", "nodes", SPARE_NODE, f"{SPARE_TAINT}=true:NoSchedule", "--overwrite")
 
 
 @pytest.fixture(scope="module")
@@ -496,7 +522,7 @@ async def test_the_elastic_horovod_example_runs_as_written_and_a_scale_in_by_nam
     runs to its last batch at 3 and Succeeds."""
     tb, kube = real_testbed[0], rn_kube
     run = Run(tb, kube, "elastic")
-    with only_real_nodes(tb, REAL_NODES):
+    with only_real_nodes(tb, WORKING_NODES):
         kubectl(
             tb,
             "-n",
@@ -965,13 +991,13 @@ async def test_the_kueue_example_is_admitted_and_a_spot_signal_keeps_its_admissi
     keeps its admitted Worker replicas (the replacements wait Pending, the other node being full) and its
     Workload, admitted; the job runs to its last batch and Succeeds."""
     tb, kube = real_testbed[0], rn_kube
-    nodes = realnode.node_names(REAL_NODES)
+    nodes = realnode.node_names(WORKING_NODES)
     text = example_with_image(KUEUE_EXAMPLE, EXAMPLE_IMAGE, horovod_image).replace(
         "namespace: default", f"namespace: {kube.ns}"
     )
     run = Run(tb, kube, "elastic-queued")
     workloads = f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{kube.ns}/workloads"
-    with only_real_nodes(tb, REAL_NODES):
+    with only_real_nodes(tb, WORKING_NODES):
         for node in nodes:
             await label_node(kube.client, node, {CAPACITY_TYPE: "spot"})
         kubectl(tb, "apply", "-f", "-", input_text=text)
@@ -1017,8 +1043,157 @@ async def test_the_kueue_example_is_admitted_and_a_spot_signal_keeps_its_admissi
                 await label_node(kube.client, node, {CAPACITY_TYPE: None})
 
 
-def test_down_leaves_the_host_as_it_found_it_after_two_real_nodes(
+@dataclass(frozen=True)
+class Provider:
+    """How a provider dresses its pools (docs/spot.md) and what its handler does to a spot node it reclaims:
+    its taint first, then (NTH, Karpenter, AKS's auto-drain) a drain by evictions seconds later. GKE's own
+    follow-up, the kubelet's graceful node shutdown, is not done here: its taint alone is the signal."""
+
+    example: Path
+    on_demand: dict[str, str]  # the launcher's node
+    spot: dict[str, str]  # the workers' nodes
+    pool_taint: tuple[str, str] | None  # the spot pool's own NoSchedule taint, (key, value)
+    signal: str  # the taint the handler puts on a node it reclaims
+    cordons: bool
+    drains: bool
+
+
+SPOT_PROVIDERS = {
+    "aws-nth": Provider(
+        repo_root() / "examples" / "spot/aws-nth.yaml",
+        {"eks.amazonaws.com/capacityType": "ON_DEMAND"},
+        {"eks.amazonaws.com/capacityType": "SPOT"},
+        None,
+        SPOT_ITN_TAINT,
+        cordons=True,
+        drains=True,
+    ),
+    "karpenter": Provider(
+        repo_root() / "examples" / "spot/karpenter.yaml",
+        {"karpenter.sh/capacity-type": "on-demand"},
+        {"karpenter.sh/capacity-type": "spot"},
+        None,
+        "karpenter.sh/disrupted",
+        cordons=False,
+        drains=True,
+    ),
+    "gke": Provider(
+        repo_root() / "examples" / "spot/gke.yaml",
+        {"cloud.google.com/gke-provisioning": "standard"},
+        {"cloud.google.com/gke-provisioning": "spot", "cloud.google.com/gke-spot": "true"},
+        ("cloud.google.com/gke-spot", "true"),
+        "cloud.google.com/impending-node-termination",
+        cordons=False,
+        drains=False,
+    ),
+    "aks": Provider(
+        repo_root() / "examples" / "spot/aks.yaml",
+        {"kubernetes.azure.com/mode": "user"},
+        {"kubernetes.azure.com/mode": "user", "kubernetes.azure.com/scalesetpriority": "spot"},
+        ("kubernetes.azure.com/scalesetpriority", "spot"),
+        "remediator.kubernetes.azure.com/unschedulable",
+        cordons=True,
+        drains=True,
+    ),
+}
+# The spot pool out of room once the job is placed (a provider with no spot capacity left): no regrow probe
+# binds, so the job trains on at its new size and the test sees one shrink.
+NO_ROOM_TAINT = "testbed.mpijob.io/no-spot-capacity"
+
+
+@contextlib.asynccontextmanager
+async def dressed_as(api: ApiClient, kube: Kube, provider: Provider) -> AsyncIterator[tuple[str, list[str]]]:
+    """real-1 as the provider's on-demand node, real-2 and real-3 as its spot nodes (real-3's hold lifted); all
+    of it, and whatever the test put on them, taken off afterwards."""
+    launcher_node, *spot_nodes = realnode.node_names(REAL_NODES)
+    await label_node(kube.client, launcher_node, dict(provider.on_demand))
+    for node in spot_nodes:
+        await label_node(kube.client, node, dict(provider.spot))
+        if provider.pool_taint:
+            await taint_node(api, node, provider.pool_taint[0], provider.pool_taint[1])
+    await untaint_node(api, SPARE_NODE, SPARE_TAINT)
+    try:
+        yield launcher_node, spot_nodes
+    finally:
+        await label_node(kube.client, launcher_node, dict.fromkeys(provider.on_demand))
+        for node in spot_nodes:
+            await label_node(kube.client, node, dict.fromkeys(provider.spot))
+            for key in {provider.signal, NO_ROOM_TAINT, *(provider.pool_taint or ())[:1]}:
+                await untaint_node(api, node, key)
+            await uncordon_node(api, node)
+        await taint_node(api, SPARE_NODE, SPARE_TAINT, "true")
+
+
+async def drain(kube: Kube, pods: list[str]) -> None:
+    """Evict `pods` as a drain does: a 429 (a PodDisruptionBudget not ready to allow it) is tried again."""
+    for pod in pods:
+
+        async def evicted(pod: str = pod) -> bool:
+            try:
+                await kube.evict(pod)
+            except ApiError as err:
+                if err.status != 429:
+                    raise
+                return False
+            return True
+
+        await eventually(evicted, within=60, interval=1, what=f"{pod} evicted")
+
+
+@pytest.mark.parametrize("provider", list(SPOT_PROVIDERS))
+async def test_each_spot_example_runs_as_written_and_its_providers_reclaim_takes_a_node_out_at_a_commit(
+    real_testbed: tuple[cluster.Testbed, dict[str, Any]],
+    rn_api: ApiClient,
+    rn_kube: Kube,
+    rn_operator: OperatorProcess,
+    horovod_image: str,
+    provider: str,
+) -> None:
+    """examples/spot/<provider>.yaml applied as a user applies it (image swapped) on the three real nodes dressed
+    as that provider dresses its pools: the launcher on the on-demand node, 4 workers over the two spot nodes,
+    Horovod trains on 4. The spot pool then has no room left, and the spot node with fewer workers gets the
+    provider's reclaim: its handler's taint, then, as that handler does, the cordon and the drain's evictions.
+    The node's workers leave Horovod at a commit (their preStop hook outlives the eviction), no rollback, no
+    blacklist, the same launcher; the job is scaled in (ScaleIn) and runs to its last batch and Succeeds."""
+    tb, kube, dress = real_testbed[0], rn_kube, SPOT_PROVIDERS[provider]
+    text = example_with_image(dress.example, EXAMPLE_IMAGE, horovod_image)
+    run = Run(tb, kube, f"spot-{provider}")
+    with only_real_nodes(tb, REAL_NODES):
+        async with dressed_as(rn_api, kube, dress) as (launcher_node, spot_nodes):
+            kubectl(tb, "-n", kube.ns, "apply", "-f", "-", input_text=text)
+            syncer = asyncio.create_task(run.find_launcher())
+            try:
+                await run.wait_log(lambda log: commits_after(log, 0, 4, 3), "training on 4 workers", within=300)
+                launcher = await kube.get("v1", "Pod", run.launcher) or {}
+                assert launcher["spec"]["nodeName"] == launcher_node, launcher["spec"].get("nodeName")
+                workers = [(p["metadata"]["name"], p["spec"]["nodeName"]) for p in await kube.workers(run.job)]
+                on = {n: sorted(name for name, at in workers if at == n) for n in spot_nodes}
+                victim_node, other = sorted(spot_nodes, key=lambda n: len(on[n]))
+                doomed, kept = on[victim_node], len(on[other])
+                assert doomed and kept >= 2 and len(doomed) + kept == 4, on  # survivors at or above minReplicas
+                await taint_node(rn_api, other, NO_ROOM_TAINT, "true")
+                mark = last_batch(run.log())
+                await taint_node(rn_api, victim_node, dress.signal)
+                if dress.drains:
+                    await asyncio.sleep(2)  # "seconds after": the handlers' drain comes right behind the taint
+                    if dress.cordons:
+                        await cordon_node(rn_api, victim_node)
+                    await drain(kube, doomed)
+                after = await ended_after_a_graceful_scale_in(run, mark, kept, set(doomed))
+                sizes = [s for _, s in commits(after)]
+                assert sizes[0] == 4 and sizes[-1] == kept and set(sizes) == {4, kept}, sizes
+                job = await kube.job(run.job)
+                assert job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == kept
+            except BaseException:
+                print(diagnostics(tb, kube, run))
+                raise
+            finally:
+                syncer.cancel()
+                kubectl(tb, "-n", kube.ns, "delete", "-f", "-", "--wait=false", input_text=dress.example.read_text())
+
+
+def test_down_leaves_the_host_as_it_found_it_after_three_real_nodes(
     real_testbed: tuple[cluster.Testbed, dict[str, Any]],
 ) -> None:
-    """Both kubelets and containerds, real-2's cgroup root and bridge address: all gone, the host as before."""
+    """The three kubelets and containerds, their cgroup roots and bridge addresses: all gone, the host as before."""
     assert_down_leaves_the_host_as_found(real_testbed)

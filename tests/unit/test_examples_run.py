@@ -31,16 +31,19 @@ RUN_BY = {
         "test_real_node_mpi.py",
         "test_restart_mode_shrinks_jacobi_off_a_spot_node_and_grows_it_back_from_its_checkpoints_to_the_same_grid",
     ),
+    **{
+        f"spot/{provider}.yaml": (
+            "test_real_node_horovod.py",
+            "test_each_spot_example_runs_as_written_and_its_providers_reclaim_takes_a_node_out_at_a_commit",
+        )
+        for provider in ("aks", "aws-nth", "gke", "karpenter")
+    },
 }
 # Examples that are the reference's own example object for object: its run test runs them.
 SAME_AS_REFERENCE = {"pi-openmpi.yaml": INTEGRATION / "data" / "reference-examples" / "v2beta1" / "pi" / "pi.yaml"}
 REFERENCE_RUN = ("test_real_node_mpi.py", "test_the_reference_example_runs_unchanged_but_for_the_image")
 # Not run on the real nodes yet, and why.
-NOT_RUN_YET = {
-    f"spot/{name}.yaml": "its launcher and workers need distinct on-demand and spot nodes, two of them spot "
-    "so that a reclaim leaves survivors: a third real node"
-    for name in ("aks", "aws-nth", "gke", "karpenter")
-}
+NOT_RUN_YET: dict[str, str] = {}
 
 
 def _examples() -> set[str]:
@@ -78,5 +81,6 @@ def _training_programs() -> dict[str, str]:
 
 def test_the_examples_that_carry_a_training_program_carry_the_same_one() -> None:
     programs = _training_programs()
-    assert {"elastic-horovod.yaml", "kueue-elastic.yaml"} <= set(programs)
+    horovod = {"elastic-horovod.yaml", "kueue-elastic.yaml", *(e for e in RUN_BY if e.startswith("spot/"))}
+    assert horovod <= set(programs)
     assert len(set(programs.values())) == 1, sorted(programs)
