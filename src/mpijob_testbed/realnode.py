@@ -494,21 +494,26 @@ def has_node(layout: Layout) -> bool:
     return node_layout(layout).before.exists()
 
 
-def _delete_pods(rest: Rest, node: NodeLayout, echo: Echo) -> None:
-    """Let the kubelet tear its pods down properly (CNI DEL, netns removal) before it is stopped."""
-    code, body = rest.get(f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node.name}")
-    if code != 200:
-        return
-    for pod in body.get("items", []):
-        meta = pod["metadata"]
-        rest.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}?gracePeriodSeconds=0")
+def _delete_pods(rest: Rest, nodes: list[NodeLayout], echo: Echo) -> None:
+    """Let the kubelets tear their pods down properly (CNI DEL, netns removal) before they are stopped: every
+    node's pods are deleted first, then one wait covers them all (30 s at most in all, not per node). A grace
+    period of 1 s, not 0: a pod removed at once is killed by its kubelet with the pod's own grace period (its
+    preStop sleep run in full), one with a deletion grace period with that one."""
+    for node in nodes:
+        code, body = rest.get(f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node.name}")
+        if code != 200:
+            continue
+        for pod in body.get("items", []):
+            meta = pod["metadata"]
+            rest.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}?gracePeriodSeconds=1")
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        tasks = _ctr(node, "tasks", "ls", "-q", check=False)
-        if tasks is not None and not tasks.split():
-            return
-        time.sleep(0.5)
-    echo(f"[testbed] real node {node.name}: containers still running after 30 s; killing them")
+    waiting = list(nodes)
+    while waiting and time.monotonic() < deadline:
+        waiting = [n for n in waiting if (tasks := _ctr(n, "tasks", "ls", "-q", check=False)) is None or tasks.split()]
+        if waiting:
+            time.sleep(0.5)
+    for node in waiting:
+        echo(f"[testbed] real node {node.name}: containers still running after 30 s; killing them")
 
 
 # Where the nodes mount, besides their state directory (containerd's root and state are in it): the kubelet's
@@ -524,8 +529,12 @@ def own_mounts(*state_dirs: Path) -> tuple[str, ...]:
 def stop(layout: Layout, rest: Rest | None, echo: Echo) -> list[str]:
     """Stop the nodes and put the host back as recorded; returns what still differs (empty = clean)."""
     before: dict[str, Any] = json.loads(node_layout(layout).before.read_text())
-    for node in node_layouts(layout):
-        _stop_node(layout, node, rest, echo)
+    nodes = node_layouts(layout)
+    if rest is not None:
+        with contextlib.suppress(Exception):
+            _delete_pods(rest, [n for n in nodes if _running(layout, n)], echo)
+    for node in nodes:
+        _stop_node(layout, node, echo)
     clusterdns.stop(layout, coredns_binary(), echo)
     # Shims run in sessions of their own and outlive containerd; their command line names our socket.
     for pid in processes.find_processes(
@@ -547,15 +556,23 @@ def stop(layout: Layout, rest: Rest | None, echo: Echo) -> list[str]:
     return left
 
 
-def _stop_node(layout: Layout, node: NodeLayout, rest: Rest | None, echo: Echo) -> None:
+def _running(layout: Layout, node: NodeLayout) -> bool:
+    """Both the node's kubelet and its containerd run (so its pods can be torn down through the API)."""
+    kubelet_pid = processes.read_pid(layout.pid(node.component("kubelet")))
+    containerd_pid = processes.read_pid(layout.pid(node.component("containerd")))
+    return (
+        kubelet_pid is not None
+        and processes.is_running(kubelet_pid, kubelet_binary())
+        and containerd_pid is not None
+        and processes.is_running(containerd_pid, CONTAINERD)
+    )
+
+
+def _stop_node(layout: Layout, node: NodeLayout, echo: Echo) -> None:
     kubelet, containerd = node.component("kubelet"), node.component("containerd")
     kubelet_pid = processes.read_pid(layout.pid(kubelet))
     containerd_pid = processes.read_pid(layout.pid(containerd))
-    kubelet_alive = kubelet_pid is not None and processes.is_running(kubelet_pid, kubelet_binary())
     containerd_alive = containerd_pid is not None and processes.is_running(containerd_pid, CONTAINERD)
-    if rest is not None and kubelet_alive and containerd_alive:
-        with contextlib.suppress(Exception):
-            _delete_pods(rest, node, echo)
     if kubelet_pid is not None and processes.stop_group(kubelet_pid, kubelet_binary()):
         echo(f"[testbed] stopped {kubelet} (pid {kubelet_pid})")
     layout.pid(kubelet).unlink(missing_ok=True)

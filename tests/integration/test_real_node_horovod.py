@@ -1125,13 +1125,16 @@ async def dressed_as(api: ApiClient, kube: Kube, provider: Provider) -> AsyncIte
 
 
 async def drain(kube: Kube, pods: list[str]) -> None:
-    """Evict `pods` as a drain does: a 429 (a PodDisruptionBudget not ready to allow it) is tried again."""
+    """Evict `pods` as a drain does: a 429 (a PodDisruptionBudget not allowing it yet) is tried again, a pod
+    already gone is done."""
     for pod in pods:
 
         async def evicted(pod: str = pod) -> bool:
             try:
                 await kube.evict(pod)
             except ApiError as err:
+                if err.status == 404:
+                    return True
                 if err.status != 429:
                     raise
                 return False
