@@ -32,6 +32,7 @@ mix. Regrow is off, as in bench/discovery.py, so the figures are those of the ta
 
     .venv/bin/python bench/scale.py --jobs 50 --workers 8 --nodes 8 --scale-in-jobs 12   # a small trial
     flock /tmp/mpijob-realnode.lock nice -n 5 .venv/bin/python bench/scale.py --dir /tmp/scale-testbed
+    .venv/bin/python bench/scale.py --jobs 1000 --audit   # + where the scale-in's time goes (scale_in_trace)
 
 Figures are from one run on a shared 2-core machine (API server, etcd, scheduler, kwok, the operator and this
 script all on it): read them as orders of magnitude.
@@ -43,6 +44,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import json
 import math
 import os
 import signal
@@ -57,7 +59,7 @@ from typing import Any
 
 import aiohttp
 import uvloop
-from compare import load_average, rss_mib
+from compare import BENCH_AGENT, load_average, rss_mib
 from harness import finish, measure_on_testbed, print_table, spread_elastic_job
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 from prometheus_client.parser import text_string_to_metric_families
@@ -184,6 +186,57 @@ def deletions(events: Events) -> dict[str, tuple[float, Obj]]:
 
 def parse_rfc3339(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+# --audit: the API server's audit log, for where the scale-in's time goes (the operator's write, or the watch).
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [
+        {
+            "level": "Metadata",
+            "verbs": ["create", "update", "patch"],
+            "resources": [
+                {"group": "kubeflow.org", "resources": ["mpijobs"]},
+                {"group": "", "resources": ["configmaps"]},
+            ],
+        },
+        {"level": "None"},
+    ],
+}
+
+
+def scale_in_trace(lines: Iterable[bytes], jobs: set[str]) -> dict[str, Any]:
+    """From audit events (one JSON object per line): per scaled-in job, the benchmark's PATCH of its MPIJob (user
+    agent BENCH_AGENT), then the operator's first write of the job's ConfigMap received after that patch was:
+    seconds from the patch's completion to that write's arrival (the operator's reaction: its watch, queue,
+    plan and rate limiter), and the write's own time in the API server. What remains of the benchmark's figure
+    (patch returned -> its watch shows the list) is the watch's delivery."""
+    patched: dict[str, tuple[float, float]] = {}
+    written: dict[str, tuple[float, float]] = {}
+    for line in lines:
+        event = json.loads(line)
+        ref = event.get("objectRef") or {}
+        if ref.get("subresource") or event.get("stage") != "ResponseComplete":
+            continue
+        received, done = parse_rfc3339(event["requestReceivedTimestamp"]), parse_rfc3339(event["stageTimestamp"])
+        mine = (event.get("userAgent") or "").startswith(BENCH_AGENT)
+        name = ref.get("name") or ""
+        if mine and ref.get("resource") == "mpijobs" and event["verb"] == "patch" and name in jobs:
+            patched.setdefault(name, (received, done))
+        job = name.removesuffix("-config")
+        first = job in patched and job not in written and received >= patched[job][0]
+        if first and not mine and ref.get("resource") == "configmaps":
+            written[job] = (received, done)
+    reaction = [written[j][0] - patched[j][1] for j in written]
+    took = [written[j][1] - written[j][0] for j in written]
+    return {
+        **summary(reaction, "scale_in_patch_to_operator_write"),
+        **summary(took, "scale_in_operator_write_took"),
+        "scale_in_jobs_without_operator_write": len(jobs) - len(written),
+        "_scale_in_patch_to_operator_write_s": sorted(reaction),
+    }
 
 
 # -- the operator as its own process ---------------------------------------------------------------------------
@@ -577,6 +630,7 @@ class Run:
 
 async def bench(kubeconfig: Path, args: argparse.Namespace, log_dir: Path) -> Obj:
     api = await load_api_client(kubeconfig)
+    api.user_agent = BENCH_AGENT  # the benchmark's own requests, told apart in the audit log (--audit)
     stamp = int(time.time())
     run = Run(api, kubeconfig, args, stamp)
     operator = Operator(kubeconfig, log_dir, stamp)
@@ -584,6 +638,9 @@ async def bench(kubeconfig: Path, args: argparse.Namespace, log_dir: Path) -> Ob
         await run.setup()
         operator.start()
         await _phases(run, operator)
+        if args.audit:
+            with (Path(args.dir) / "audit.log").open("rb") as log:
+                run.out |= scale_in_trace(log, {n for n, g in run.groups.items() if g == SCALE})
     except Exception as err:  # the figures so far are kept and printed with what stopped the run
         run.out["error"] = repr(err)
     finally:
@@ -694,7 +751,17 @@ def main() -> int:
     parser.add_argument(
         "--profile", default=None, help="a directory: py-spy profiles of the taint's burst, its rest, the scale-in"
     )
+    parser.add_argument(
+        "--audit",
+        action="store_true",
+        help="the API server's audit log of MPIJob and ConfigMap writes: the scale-in's patch -> operator write",
+    )
     args = parser.parse_args()
+    if args.audit:
+        policy = Path(args.logs) / "audit-policy.yaml"
+        Path(args.logs).mkdir(parents=True, exist_ok=True)
+        policy.write_text(json.dumps(AUDIT_POLICY))  # JSON is YAML
+        os.environ["MPIJOB_TESTBED_AUDIT_POLICY"] = str(policy)
     if args.profile and not (Path(sys.executable).parent / "py-spy").exists():
         parser.error("--profile needs py-spy in this venv: .venv/bin/pip install py-spy")
     Path(args.logs).mkdir(parents=True, exist_ok=True)

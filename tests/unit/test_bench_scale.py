@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
@@ -79,3 +82,28 @@ def test_writes_and_sums_are_read_from_the_metrics_exposition() -> None:
     assert scale.writes_by_resource(text) == {"delete pods 200": 4}
     assert len(scale.metric_samples(text, "mpi_operator_job_info")) == 2
     assert scale.metric_sum(text, "mpijob_api_writes_total") == 4.0
+
+
+def _audit(verb: str, resource: str, name: str, received: str, done: str, agent: str, sub: str = "") -> bytes:
+    ref = {"resource": resource, "name": name, "namespace": "bench", **({"subresource": sub} if sub else {})}
+    at = "2026-12-07T01:00:"
+    event = {"stage": "ResponseComplete", "verb": verb, "objectRef": ref, "userAgent": agent,
+             "requestReceivedTimestamp": f"{at}{received}Z", "stageTimestamp": f"{at}{done}Z"}  # fmt: skip
+    return json.dumps(event).encode()
+
+
+def test_the_scale_in_trace_times_each_jobs_first_operator_write_after_its_patch() -> None:
+    bench, operator = f"{scale.BENCH_AGENT}/1", "OpenAPI-Generator/operator"
+    lines = [
+        _audit("patch", "configmaps", "scale-1-config", "00.000000", "00.010000", operator),  # before the patch
+        _audit("patch", "mpijobs", "scale-1", "01.000000", "01.100000", bench),
+        _audit("patch", "mpijobs", "scale-1", "01.200000", "01.300000", operator, sub="status"),
+        _audit("patch", "configmaps", "scale-1-config", "01.600000", "01.650000", operator),
+        _audit("patch", "configmaps", "scale-1-config", "03.000000", "03.010000", operator),  # a later one
+        _audit("patch", "mpijobs", "scale-2", "01.000000", "01.200000", bench),
+        _audit("patch", "configmaps", "taint-3-config", "01.500000", "01.510000", operator),  # not scaled in
+    ]
+    trace = scale.scale_in_trace(lines, {"scale-1", "scale-2"})
+    assert trace["_scale_in_patch_to_operator_write_s"] == [pytest.approx(0.5)]
+    assert trace["scale_in_operator_write_took_max_s"] == pytest.approx(0.05)
+    assert trace["scale_in_jobs_without_operator_write"] == 1  # scale-2: no write seen
