@@ -500,12 +500,11 @@ def _delete_pods(rest: Rest, nodes: list[NodeLayout], echo: Echo) -> None:
     period of 1 s, not 0: a pod removed at once is killed by its kubelet with the pod's own grace period (its
     preStop sleep run in full), one with a deletion grace period with that one."""
     for node in nodes:
-        code, body = rest.get(f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node.name}")
-        if code != 200:
-            continue
-        for pod in body.get("items", []):
-            meta = pod["metadata"]
-            rest.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}?gracePeriodSeconds=1")
+        with contextlib.suppress(Exception):  # then its containers are killed in _stop_node
+            code, body = rest.get(f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node.name}")
+            for pod in body.get("items", []) if code == 200 else []:
+                meta = pod["metadata"]
+                rest.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}?gracePeriodSeconds=1")
     deadline = time.monotonic() + 30
     waiting = list(nodes)
     while waiting and time.monotonic() < deadline:
