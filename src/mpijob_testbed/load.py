@@ -8,7 +8,6 @@ import json
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -53,19 +52,13 @@ def load(
     image = read_archive(Path(archive).expanduser().absolute())
     names = ", ".join(targets(image, name))  # a bad --name or a nameless archive fails before any node
     nodes = real_nodes(Layout(resolve_state_dir(state_dir)))
+    took: dict[str, float] = {}
     started = time.monotonic()
-
-    def one(node: realnode.NodeLayout) -> float:
+    for node in nodes:
         echo(f"[testbed] {node.name}: importing {image.path.name} as {names} ...")
         t = time.monotonic()
         nodeimages.import_archive(node.socket, image, name)
-        seconds = round(time.monotonic() - t, 1)
-        echo(f"[testbed] {node.name}: {names} imported ({seconds:.1f}s)")
-        return seconds
-
-    # Each node has its own containerd and ctr is a process of its own: the imports run side by side, one
-    # node's disk writes overlapping another's decompression (docs/results.md has the figures).
-    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
-        took = dict(zip((n.name for n in nodes), pool.map(one, nodes), strict=True))
+        took[node.name] = round(time.monotonic() - t, 1)
+        echo(f"[testbed] {node.name}: {names} imported ({took[node.name]:.1f}s)")
     echo(f"[testbed] loaded {names} into {len(nodes)} real node(s) in {time.monotonic() - started:.1f}s")
     return took
