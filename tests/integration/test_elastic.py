@@ -411,8 +411,12 @@ async def test_worker_evicted_or_deleted_by_someone_else_in_a_scale_in_job_is_no
     job = "evict"
     async with own_nodes(api, kube, "a", "b") as nodes:
         pods = await start_job(kube, elastic_job(job, nodes, min_replicas=2, grace=2), nodes)
-        pdb = await kube.get("policy/v1", "PodDisruptionBudget", c.pdb_name(job))
-        assert pdb is not None and pdb["spec"]["minAvailable"] == 2
+
+        async def budget() -> Obj | None:  # written in a pass after the pods' (nothing waits for it)
+            return await kube.get("policy/v1", "PodDisruptionBudget", c.pdb_name(job))
+
+        pdb = await eventually(budget, within=30, what="the job's PodDisruptionBudget")
+        assert pdb["spec"]["minAvailable"] == 2
         assert pdb["metadata"]["ownerReferences"][0]["name"] == job
 
         async def pdb_allows() -> bool:
