@@ -275,6 +275,16 @@ async def test_seeded_faults_watch_expiry_apiserver_restart_409_storm_and_lease_
         holder = (lease.get("spec") or {}).get("holderIdentity")
         return next((op for op in ops if op.alive() and f"leading as {holder}" in op.log_tail(2000)), None)
 
+    async def supervise() -> None:
+        """As the kubelet restarts a container that exited, at any time, not only between the steps: an operator
+        started while the API server was restarting exits at once (it cannot reach it), and one that lost its
+        Lease in the same restart exits too; waiting for the job to converge before starting them again would
+        wait on no operator at all (seen once, 2026-12-07)."""
+        while True:
+            await asyncio.sleep(1)
+            ensure_two()
+
+    supervisor = asyncio.create_task(supervise())
     try:
         ensure_two()
         async with own_nodes(api, kube, "a", "b", "c", spot=("b", "c")) as nodes:
@@ -365,6 +375,7 @@ async def test_seeded_faults_watch_expiry_apiserver_restart_409_storm_and_lease_
                     counts["leader kills"] += 1
                 pods = await step("scale-out across a lease handover", set(), before)
     finally:
+        supervisor.cancel()
         for op in ops:
             if op.proc is not None and op.alive():
                 os.kill(op.proc.pid, signal.SIGCONT)
