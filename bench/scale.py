@@ -757,14 +757,13 @@ def main() -> int:
         help="the API server's audit log of MPIJob and ConfigMap writes: the scale-in's patch -> operator write",
     )
     args = parser.parse_args()
-    if args.audit:
-        policy = Path(args.logs) / "audit-policy.yaml"
-        Path(args.logs).mkdir(parents=True, exist_ok=True)
-        policy.write_text(json.dumps(AUDIT_POLICY))  # JSON is YAML
-        os.environ["MPIJOB_TESTBED_AUDIT_POLICY"] = str(policy)
     if args.profile and not (Path(sys.executable).parent / "py-spy").exists():
         parser.error("--profile needs py-spy in this venv: .venv/bin/pip install py-spy")
     Path(args.logs).mkdir(parents=True, exist_ok=True)
+    if args.audit:
+        policy = Path(args.logs) / "audit-policy.yaml"
+        policy.write_text(json.dumps(AUDIT_POLICY))  # JSON is YAML
+        os.environ["MPIJOB_TESTBED_AUDIT_POLICY"] = str(policy)
     if not 0 < args.scale_in_jobs < args.jobs:
         parser.error("--scale-in-jobs must be between 0 and --jobs")
     report, o = measure_on_testbed(args.dir, "scale", lambda kubeconfig: bench(kubeconfig, args, Path(args.logs)))
