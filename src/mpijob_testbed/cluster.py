@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import ssl
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -550,9 +551,18 @@ def down(state_dir: str | os.PathLike[str] | None = None, *, echo: Echo = print)
         survivors = _stragglers(layout)
         if survivors:
             raise TestbedError(f"still running after stop: {survivors}")
-        shutil.rmtree(layout.root)
+        _remove_tree(layout.root)
     _say(echo, f"down: stopped {stopped} process(es), removed {layout.root}")
     return True
+
+
+def _remove_tree(root: Path) -> None:
+    """`rm -rf`: a third faster than shutil.rmtree over a real node's unpacked images (tens of thousands of
+    files), and `--one-file-system` refuses to descend into anything still mounted below, where rmtree would
+    delete through the mount."""
+    done = subprocess.run(["rm", "-rf", "--one-file-system", "--", str(root)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise TestbedError(f"could not remove {root}: {done.stderr.strip()[-500:]}")
 
 
 # (state dir, pid) of exited components `revive` said it leaves alone, so that it says so once.

@@ -31,14 +31,13 @@ CACHE_SECONDS = 30
 
 def corefile(bind_ip: str, kubeconfig: Path, health_port: int, ready_port: int, metrics_port: int) -> str:
     """kubeadm's default Corefile, bound to `bind_ip`, reading the API with `kubeconfig` (CoreDNS runs outside
-    the cluster). Not carried over: `loop` (the host's resolver is not this CoreDNS, so no loop can form) and
-    `reload` (the file never changes while it runs)."""
+    the cluster). Not carried over: `loop` (the host's resolver is not this CoreDNS, so no loop can form),
+    `reload` (the file never changes while it runs) and health's `lameduck 5s` (answering 5 s past SIGTERM lets
+    a rolling update drain; this CoreDNS stops only at `down`, which it would hold up by 5 s)."""
     return f""".:53 {{
     bind {bind_ip}
     errors
-    health 127.0.0.1:{health_port} {{
-       lameduck 5s
-    }}
+    health 127.0.0.1:{health_port}
     ready 127.0.0.1:{ready_port}
     kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
        kubeconfig {kubeconfig} {CONTEXT_NAME}

@@ -22,6 +22,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -982,8 +983,15 @@ async def test_a_helm_upgrade_to_another_image_disturbs_no_running_job_and_the_n
         await kube.create(body)
         await eventually(lambda: _all_running(kube, job, 3), within=180, interval=1, what="3 workers Running")
         before = await _pod_uids(kube, job)
+        hostfile = partial(kubectl, tb, "-n", kube.ns, "get", "configmap", c.config_map_name(job), "-o",
+                           "jsonpath={.data.hostfile}")  # fmt: skip
+        assert ".svc.cluster.local " not in hostfile(), hostfile()
+        # The chart's extraArgs and env reach the new pod: a flag the chart sets too (the last one wins) and a
+        # variable for one it does not set, each seen where a user would see it.
         helm("upgrade", release, chart, kubeconfig, "-n", ns, "--reuse-values",
-             f"--set=image.tag={operator_image.rsplit(':', 1)[1]}", "--set=health.readinessProbe=true")  # fmt: skip
+             f"--set=image.tag={operator_image.rsplit(':', 1)[1]}", "--set=health.readinessProbe=true",
+             '--set-json=extraArgs=["--log-level=DEBUG"]',
+             '--set-json=env=[{"name": "MPIJOB_CLUSTER_DOMAIN", "value": "cluster.local"}]')  # fmt: skip
         _rolled_out(tb, ns, "mpijob-operator")
         [pod] = [p for p in json.loads(kubectl(tb, "-n", ns, "get", "pods", "-o", "json"))["items"]
                  if not p["metadata"].get("deletionTimestamp")]  # fmt: skip
@@ -994,9 +1002,17 @@ async def test_a_helm_upgrade_to_another_image_disturbs_no_running_job_and_the_n
             return holder.startswith(pod["metadata"]["name"] + "_")
 
         await eventually(new_pod_leads, within=90, interval=1, what="the upgraded pod leading")
+
+        async def hostfile_qualified() -> bool:
+            return hostfile().count(".svc.cluster.local slots=") == 3
+
+        await eventually(hostfile_qualified, within=60, interval=1, what="the hostfile with --cluster-domain's names")
         await asyncio.sleep(5)  # the new leader's first passes over the job
         after = await _pod_uids(kube, job)
         assert after == before, (before, after)
+        logs = kubectl(tb, "-n", ns, "logs", pod["metadata"]["name"]).splitlines()
+        levels = {json.loads(line)["level"] for line in logs if line.startswith("{")}
+        assert "DEBUG" in levels, levels
         victim = c.worker_name(job, 1)
         await kube.patch_job(
             job,
