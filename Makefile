@@ -57,7 +57,7 @@ demo: system-deps $(STAMP) testbed
 	$(BIN)/mpijob-testbed demo
 
 # The shell scripts shellcheck keeps clean (Debian package shellcheck, testbed/system-packages.txt).
-SHELLCHECKED := src/mpijob/planner/discover_hosts.sh src/mpijob/planner/mpijob_run.sh
+SHELLCHECKED := src/mpijob/planner/discover_hosts.sh src/mpijob/planner/mpijob_run.sh tests/run-suite.sh
 
 lint: $(STAMP)
 	shellcheck $(SHELLCHECKED)
@@ -72,13 +72,13 @@ unit: $(STAMP)
 integration: system-deps $(STAMP) testbed testbed-extras testbed-prometheus helm image
 	$(BIN)/pytest tests/integration -q
 
-# The whole suite: static checks, unit tests, then integration tests on a real local control plane. The
-# real-node tests, the Horovod scenario among them, build what they need through testbed/ scripts (cached in
-# ~/.cache/mpijob; the reference's e2e suite through bench/reference/build-e2e.sh, into .cache/reference) and
-# skip with the reason on a machine that cannot run a real node (not root, no apt). The 20 slowest tests are
-# printed at the end (issue 31: the warm run stays within 45 min).
+# The whole suite: static checks, then unit and integration tests on a real local control plane, the
+# real-node modules beside the rest (tests/run-suite.sh says how). The real-node tests, the Horovod scenario
+# among them, build what they need through testbed/ scripts (cached in ~/.cache/mpijob; the reference's e2e
+# suite through bench/reference/build-e2e.sh, into .cache/reference) and skip with the reason on a machine
+# that cannot run a real node (not root, no apt). Each half prints its 20 slowest tests.
 test: system-deps $(STAMP) testbed testbed-extras testbed-prometheus helm image lint
-	$(BIN)/pytest tests -q -p no:cacheprovider --durations=20
+	bash tests/run-suite.sh
 
 # A long seeded chaos run (issue 8): operator SIGKILLs across scale-in, node termination and scale-out.
 # CHAOS_SEED=n replays a run; docs/reliability.md has the counts of the last long run.
