@@ -67,13 +67,18 @@ def coscheduling(testbed: cluster.Testbed | None) -> None:
 
 @pytest.fixture
 def gang_kube(
-    coscheduling: None, kube: Kube, operator: OperatorProcess, kubeconfig: Path, testbed: cluster.Testbed | None
+    coscheduling: None,
+    kube: Kube,
+    operator: OperatorProcess,
+    operator_kubeconfig: Path,
+    testbed: cluster.Testbed | None,
 ) -> Iterator[Kube]:
     """`kube`, with the operator running with --gang-scheduling in place of the session's (two operators
-    would fight over the same jobs); the session's is started again by the next test that needs it."""
+    would fight over the same jobs); the session's is started again by the next test that needs it. As the
+    session's, it runs as its ServiceAccount under the shipped RBAC: its PodGroup verbs are proven here."""
     operator.stop()
-    log_dir = testbed.state_dir if testbed is not None else kubeconfig.parent
-    proc = OperatorProcess(kubeconfig, log_dir, extra_args=("--gang-scheduling", GANG_SCHEDULER))
+    log_dir = testbed.state_dir if testbed is not None else operator_kubeconfig.parent
+    proc = OperatorProcess(operator_kubeconfig, log_dir, extra_args=("--gang-scheduling", GANG_SCHEDULER))
     proc.start()
     yield kube
     proc.stop()
