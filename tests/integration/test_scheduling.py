@@ -66,22 +66,24 @@ def coscheduling(testbed: cluster.Testbed | None) -> None:
 
 
 @pytest.fixture
-def gang_kube(
-    coscheduling: None,
-    kube: Kube,
-    operator: OperatorProcess,
-    operator_kubeconfig: Path,
-    testbed: cluster.Testbed | None,
-) -> Iterator[Kube]:
-    """`kube`, with the operator running with --gang-scheduling in place of the session's (two operators
-    would fight over the same jobs); the session's is started again by the next test that needs it. As the
-    session's, it runs as its ServiceAccount under the shipped RBAC: its PodGroup verbs are proven here."""
+def gang_operator(
+    coscheduling: None, operator: OperatorProcess, operator_kubeconfig: Path, tmp_path: Path
+) -> Iterator[OperatorProcess]:
+    """The operator with --gang-scheduling in place of the session's (two operators would fight over the same
+    jobs); the session's is started again by the next test that needs it. As the session's, it runs as its
+    ServiceAccount under the shipped RBAC: its PodGroup verbs are proven here. Its log stays in the test's
+    tmp_path (pytest keeps the last runs' directories) for a failure's post-mortem."""
     operator.stop()
-    log_dir = testbed.state_dir if testbed is not None else operator_kubeconfig.parent
-    proc = OperatorProcess(operator_kubeconfig, log_dir, extra_args=("--gang-scheduling", GANG_SCHEDULER))
+    proc = OperatorProcess(operator_kubeconfig, tmp_path, extra_args=("--gang-scheduling", GANG_SCHEDULER))
     proc.start()
-    yield kube
+    yield proc
     proc.stop()
+
+
+@pytest.fixture
+def gang_kube(gang_operator: OperatorProcess, kube: Kube) -> Kube:
+    """`kube`, with the gang-scheduling operator running."""
+    return kube
 
 
 # -- Kueue objects ------------------------------------------------------------------------------------------------
@@ -439,7 +441,7 @@ async def test_coscheduling_binds_no_pod_of_a_job_until_its_whole_gang_fits(gang
 
 
 async def test_coscheduled_elastic_job_shrunk_by_a_spot_taint_keeps_running_and_grows_back_within_its_gang(
-    gang_kube: Kube, api: ApiClient
+    gang_kube: Kube, gang_operator: OperatorProcess, api: ApiClient
 ) -> None:
     kube = gang_kube
     async with own_nodes(api, kube, "a", "b") as nodes:
@@ -491,7 +493,11 @@ async def test_coscheduled_elastic_job_shrunk_by_a_spot_taint_keeps_running_and_
             reasons = [str(e.get("reason")) for e in await kube.events("shrink")]
             return reasons if "NodeTerminating" in reasons and "Regrown" in reasons else None
 
-        await eventually(announced, within=30, what="the NodeTerminating and Regrown Events")
+        try:
+            await eventually(announced, within=30, what="the NodeTerminating and Regrown Events")
+        except AssertionError as err:
+            seen = [(e.get("reason"), e.get("message")) for e in await kube.events("shrink")]
+            raise AssertionError(f"{err}\nEvents: {seen}\noperator log {gang_operator.log_path}") from None
 
 
 def test_volcano_is_reported_unavailable_with_the_reason() -> None:
