@@ -385,3 +385,42 @@ def test_workers_lost_to_disruptions_evictions_and_deletions_are_regrown_like_no
     assert not set(workers[:3]) & set(world.worker_names("pi"))
     assert _annotations(world) == {}
     assert world.job("pi")["status"].get("recentWorkerFailures") is None, "losses, not failures"
+
+
+def test_the_return_to_the_target_is_announced_once_even_when_a_write_after_the_raise_meets_a_409() -> None:
+    """Seen under load on the kwok testbed: the pass that raised replicas back to the target had its ConfigMap
+    write meet a 409 (a stale cache) after the spec patch had landed; the Regrown Event went with the status
+    write after it, so it was never posted, and the next plan (replicas already at the target) raises nothing."""
+    world = _world()
+    world.taint("node-2", SPOT_TAINT)
+    world.placement = []
+    run(world, 5)
+    world.remove_node("node-2")
+    world.add_nodes("node-3")
+    world.placement = ["node-3"]
+
+    def raises_to_target(actions: list[Action]) -> bool:
+        spec = [a for a in actions if isinstance(a, Patch) and a.kind == "MPIJob" and a.subresource is None]
+        return bool(spec) and spec[0].patch.get("spec", {}).get("mpiReplicaSpecs", {}).get("Worker") == {"replicas": 4}
+
+    for _ in range(200):
+        actions = plan(world.snapshot("pi"))
+        if raises_to_target(actions):
+            break
+        busy = any(isinstance(a, Create | Patch | Delete) for a in actions)
+        world.apply(actions)
+        busy = world.bind_pending() or world.kubelet() or busy
+        if not busy:
+            world.advance(5)
+    else:
+        raise AssertionError("no plan raised replicas back to 4")
+    later = [a for a in actions if isinstance(a, Patch) and a.kind == "ConfigMap" and a.resource_version]
+    assert later, "the raise's pass writes the ConfigMap after the spec patch"
+    world.objects[("ConfigMap", later[0].name)]["metadata"]["resourceVersion"] = world.next_rv()  # someone's write
+
+    err = world.apply(actions)
+    world.settle("pi")
+
+    assert err is not None and err.code == 409
+    assert world.replicas("pi") == 4
+    assert [e.reason for e in world.events].count("Regrown") == 1

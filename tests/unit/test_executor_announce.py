@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+import pytest
+
+from mpijob.executor.apply import Executor
 from mpijob.planner.actions import Create, Delete, Emit, Patch
 
 from .builders import NS, foreign_pod
-from .world import World
+from .world import World, WorldApi
 
 CREATED = Emit("Normal", "SuccessfulCreatePod", "Created Pod p")
 DELETED = Emit("Normal", "SuccessfulDeletePod", "Deleted pod p: leaving the job")
@@ -75,3 +81,29 @@ def test_events_of_a_failed_write_and_after_it_are_not_posted() -> None:
     err = world.apply([stale, Emit("Normal", "After", "y")])
     assert err is not None and err.code == 409
     assert world.events == []
+
+
+def test_the_events_of_writes_that_landed_are_posted_when_a_later_write_times_out() -> None:
+    """A dropped connection or a timeout is not an ApiError: it fails the pass, but the spec patch before it
+    landed, and the next plan reads its decisions (NodeTerminating's names) as made, never to announce them."""
+
+    class TimingOut(WorldApi):
+        async def merge_patch(self, path: str, patch: Any, **how: Any) -> Any:
+            if "/pods/late" in path:
+                raise TimeoutError
+            return await super().merge_patch(path, patch, **how)
+
+    world = World()
+    world.add(foreign_pod("p"))
+    world.add(foreign_pod("late"))
+    said = Emit("Normal", "NodeTerminating", "node n is terminating")
+    actions = [
+        Patch("v1", "Pod", "p", {"metadata": {"labels": {"x": "1"}}}, announce=(said,)),
+        Patch("v1", "Pod", "late", {"metadata": {"labels": {"x": "1"}}}, announce=(DELETED,)),
+    ]
+    job = {"metadata": {"name": "j", "namespace": NS}}
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(Executor(TimingOut(world), post_events=True).apply(job, actions))  # type: ignore[arg-type]
+
+    assert world.events == [said]

@@ -187,10 +187,19 @@ class Executor:
         batch = _Batch(str(meta.get("namespace")), str(meta.get("name")), meta.get("resourceVersion"))
         if writes is not None:
             batch.writes = writes
-        await self._apply(batch, actions)
+        try:
+            await self._apply(batch, actions)
+        except Exception:
+            # A timeout or a dropped connection fails the pass, but the writes before it happened: their
+            # Events go out (the next plan reads those decisions as made and would never say them again).
+            await self._post(job, batch)
+            raise
+        await self._post(job, batch)
+        return batch.outcome
+
+    async def _post(self, job: dict[str, Any], batch: _Batch) -> None:
         for event in batch.folded_events():
             await self._event(job, event)
-        return batch.outcome
 
     async def _apply(self, batch: _Batch, actions: Sequence[Action]) -> None:
         """In order, stopping at Defer, at a lost lease, at a name taken by someone else, or at a failure.

@@ -48,6 +48,9 @@ from mpijob.planner.actions import Emit
 from mpijob.planner.indexes import new_indexes
 from mpijob.planner.snapshot import Snapshot
 
+# The Event of the raise back to the target: it rides on the spec patch that records the raise
+# (worker_writes.create_probes).
+REGROWN = "Regrown"
 # A backoff is shortened by up to this fraction (deterministic jitter), never lengthened past its ceiling.
 JITTER = 0.2
 # The Delete's reason for a probe that timed out (the metrics tell it from other deletes by it).
@@ -202,7 +205,7 @@ def decide(snapshot: Snapshot, inputs: Inputs) -> Regrow:
     blocked = lambda i: _foreign(snapshot, i)  # noqa: E731
     to_create = tuple(new_indexes(count, inputs.taken, blocked, IndexPolicy.APPEND, last_used))
     if inputs.raised and inputs.replicas >= inputs.target:
-        events.append(Emit("Normal", "Regrown", f"back at the target size: Worker replicas {inputs.replicas}"))
+        events.append(Emit("Normal", REGROWN, f"back at the target size: Worker replicas {inputs.replicas}"))
     requeues = [config.probe_timeout_seconds - _age(p, now) for p in alive]
     requeues += [float(config.probe_timeout_seconds)] if to_create else []
     requeues += [(next_at - now).total_seconds()] if waiting and next_at is not None and deficit > 0 else []
