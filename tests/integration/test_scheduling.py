@@ -67,13 +67,14 @@ def coscheduling(testbed: cluster.Testbed | None) -> None:
 
 @pytest.fixture
 def gang_operator(
-    coscheduling: None, operator: OperatorProcess, operator_kubeconfig: Path, tmp_path: Path
+    coscheduling: None, running_operator: OperatorProcess, operator_kubeconfig: Path, tmp_path: Path
 ) -> Iterator[OperatorProcess]:
     """The operator with --gang-scheduling in place of the session's (two operators would fight over the same
-    jobs); the session's is started again by the next test that needs it. As the session's, it runs as its
-    ServiceAccount under the shipped RBAC: its PodGroup verbs are proven here. Its log stays in the test's
-    tmp_path (pytest keeps the last runs' directories) for a failure's post-mortem."""
-    operator.stop()
+    jobs); the session's is started again by the next test that needs it. It takes `running_operator`, not
+    `operator`, so that `kube` (which starts the session's when it is not running) is set up before the stop,
+    never after it. As the session's, it runs as its ServiceAccount under the shipped RBAC: its PodGroup verbs
+    are proven here. Its log stays in the test's tmp_path (pytest keeps the last runs' directories)."""
+    running_operator.stop()
     proc = OperatorProcess(operator_kubeconfig, tmp_path, extra_args=("--gang-scheduling", GANG_SCHEDULER))
     proc.start()
     yield proc
@@ -81,8 +82,9 @@ def gang_operator(
 
 
 @pytest.fixture
-def gang_kube(gang_operator: OperatorProcess, kube: Kube) -> Kube:
-    """`kube`, with the gang-scheduling operator running."""
+def gang_kube(gang_operator: OperatorProcess, kube: Kube, operator: OperatorProcess) -> Kube:
+    """`kube`, with the gang-scheduling operator running, alone."""
+    assert not operator.alive(), "the session's operator would create the job's pods without the gang"
     return kube
 
 
