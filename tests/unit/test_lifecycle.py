@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from mpijob.api import constants as c
 from mpijob.planner.actions import Delete, Patch
-from mpijob.planner.plan import plan
+from mpijob.planner.plan import SUSPENDED_SETTLE_SECONDS, plan
 from mpijob.planner.snapshot import Obj
 
 from .builders import (
@@ -344,6 +346,36 @@ def test_job_created_suspended_gets_a_suspended_launcher_and_no_workers() -> Non
     status = _status(actions)
     assert cond_true(status, "Suspended")
     assert "startTime" not in status
+
+
+def test_a_job_created_suspended_is_left_alone_for_a_second_after_it_is_first_seen() -> None:
+    # Its first status write would change the resourceVersion a client's create returned, and the update
+    # that client may send next (the reference's e2e suite resumes the job so) would meet a 409.
+    job = mpijob(workers=2, run_policy={"suspend": True})
+
+    early = plan(replace(snap(job, now=at(0.3)), first_seen=NOW))
+    assert writes(early) == []
+    assert requeue(early) == pytest.approx(0.7)
+
+    later = plan(replace(snap(job, now=at(SUSPENDED_SETTLE_SECONDS)), first_seen=NOW))
+    assert cond_true(_status(later), "Suspended")
+    assert creates(later, "Job")[0]["spec"]["suspend"] is True
+
+
+def test_a_job_created_running_is_planned_the_moment_it_is_first_seen() -> None:
+    actions = plan(replace(snap(mpijob(workers=2)), first_seen=NOW))
+
+    assert created_names(actions, "Pod") == ["pi-worker-0", "pi-worker-1"]
+
+
+def test_suspending_a_known_job_is_acted_on_the_moment_it_is_first_seen() -> None:
+    # After a restart every job is first seen anew: a suspension Kueue wrote meanwhile (preemption) still
+    # deletes the workers at once, since the job's status shows it was created before.
+    job = mpijob(workers=2, status=running_status(), run_policy={"suspend": True})
+
+    actions = plan(replace(snap(job, [worker(job, 0), worker(job, 1)]), first_seen=NOW))
+
+    assert sorted(deleted_pods(actions)) == ["pi-worker-0", "pi-worker-1"]
 
 
 def test_resume_clears_launcher_start_time_then_unsuspends_with_synced_scheduling() -> None:

@@ -36,6 +36,9 @@ from mpijob.planner.workers import absences_to_confirm
 # The Failed reason of a job refused at its first plan.
 INVALID_SPEC_REASON = "InvalidSpec"
 
+# How long a job created suspended is left alone after the operator first sees it (`_settling`).
+SUSPENDED_SETTLE_SECONDS = 1.0
+
 
 def validate(job: Obj) -> tuple[MPIJobSpec | None, list[str]]:
     """Parses the spec and checks the cross-field rules: the same definitions the CRD is generated from
@@ -92,6 +95,9 @@ def plan(snapshot: Snapshot, *, urgent_first: bool = False) -> Plan:
         if _started(snapshot):
             return _invalid_edit(snapshot, errors)
         return _invalid(snapshot, errors)
+    settling = _settling(snapshot, spec)
+    if settling is not None:
+        return Plan(requeue_after=settling)
     needed = absences_to_confirm(snapshot, spec)
     if needed:
         # Absence is not deletion: nothing is decided until a live read answered (issue 8, rule 1).
@@ -142,6 +148,19 @@ def active(ctx: PlanContext, urgent_first: bool = False) -> bool:
     job_status.conflict_condition(ctx)
     job_status.permissions_condition(ctx)
     return True
+
+
+def _settling(snapshot: Snapshot, spec: MPIJobSpec) -> float | None:
+    """Seconds before the first pass of a job created suspended, or None: plan now. That pass writes the
+    status (Created, Suspended), which changes the job's resourceVersion, so a client that creates a job
+    suspended and then updates the object its create returned (the reference's e2e suite, "suspended on
+    creation"; a queueing controller) would meet a 409 if the write came first. Nothing waits on a suspended
+    job's objects; resuming it (a spec change) ends the wait at once. The reference leaves the same window
+    by being slower (docs/design.md, "A job created suspended waits a second")."""
+    if not spec.run_policy.suspend or snapshot.first_seen is None or snapshot.last_status.status.conditions:
+        return None
+    left = SUSPENDED_SETTLE_SECONDS - (snapshot.now - snapshot.first_seen).total_seconds()
+    return left if left > 0 else None
 
 
 def _started(snapshot: Snapshot) -> bool:

@@ -311,11 +311,14 @@ class Controller:
         created = {k: v for k, v in record.created.items() if v != recorded}
         record.created = {}
         for _ in range(CONFIRM_ROUNDS):
+            now = self.clock()
+            record.first_seen = record.first_seen or now
             snapshot = replace(
-                self.cache.snapshot(job, self.clock(), self.config),
+                self.cache.snapshot(job, now, self.config),
                 absence_checks=dict(checks),
                 created=dict(created),
                 held_back=held,
+                first_seen=record.first_seen,
             )
             # A pass that takes hosts out of discovery plans only those writes; the deferred pass plans the
             # rest on fresh data (docs/design.md, "The order of work").

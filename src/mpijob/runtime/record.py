@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from mpijob.api.objects import Obj, is_terminating, meta, resource_version_number
@@ -104,6 +105,8 @@ class JobRecord:
     # Passes in a row that raised or were held back: the exponent of the backoff (runtime/workqueue.py).
     failures: int = 0
     stamps: Stamps = field(default_factory=Stamps)
+    # When its first pass began (Snapshot.first_seen: a job created suspended waits a moment, plan.py).
+    first_seen: datetime | None = None
 
     def echo(self, rv: Any) -> bool:
         """Whether a job event carrying `rv` is the echo of our own write: a version we made, or one that
