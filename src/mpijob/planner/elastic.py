@@ -571,7 +571,7 @@ def plan_elastic(
             if list(terminations.workers_to_delete) != list(policy.workers_to_delete)
             else None
         ),
-        events=(*listing.events, *terminations.events, *grown.events),
+        events=(*listing.events, *terminations.events, *grown.events, *regrown.raised),
         signals=terminations.signals,
         to_leave=leaving.to_leave,
         to_delete=leaving.to_delete,

@@ -48,9 +48,6 @@ from mpijob.planner.actions import Emit
 from mpijob.planner.indexes import new_indexes
 from mpijob.planner.snapshot import Snapshot
 
-# The Event of the raise back to the target: it rides on the spec patch that records the raise
-# (worker_writes.create_probes).
-REGROWN = "Regrown"
 # A backoff is shortened by up to this fraction (deterministic jitter), never lengthened past its ceiling.
 JITTER = 0.2
 # The Delete's reason for a probe that timed out (the metrics tell it from other deletes by it).
@@ -117,6 +114,9 @@ class Regrow:
     requeue_after: float | None
     status: RegrowStatus | None
     events: tuple[Emit, ...]
+    # The Regrown Event: said by the spec patch that raises Worker replicas back to the target (with the
+    # decisions it records), not with the status, so no later write of the batch can lose it.
+    raised: tuple[Emit, ...] = ()
     timeout: int = 0
     max_probes: int = 0
 
@@ -204,8 +204,9 @@ def decide(snapshot: Snapshot, inputs: Inputs) -> Regrow:
     last_used = max([inputs.last_index, *inputs.taken], default=-1)
     blocked = lambda i: _foreign(snapshot, i)  # noqa: E731
     to_create = tuple(new_indexes(count, inputs.taken, blocked, IndexPolicy.APPEND, last_used))
+    raised: tuple[Emit, ...] = ()
     if inputs.raised and inputs.replicas >= inputs.target:
-        events.append(Emit("Normal", REGROWN, f"back at the target size: Worker replicas {inputs.replicas}"))
+        raised = (Emit("Normal", "Regrown", f"back at the target size: Worker replicas {inputs.replicas}"),)
     requeues = [config.probe_timeout_seconds - _age(p, now) for p in alive]
     requeues += [float(config.probe_timeout_seconds)] if to_create else []
     requeues += [(next_at - now).total_seconds()] if waiting and next_at is not None and deficit > 0 else []
@@ -219,6 +220,7 @@ def decide(snapshot: Snapshot, inputs: Inputs) -> Regrow:
         requeue_after=min(requeues) if requeues else None,
         status=status,
         events=tuple(events),
+        raised=raised,
         timeout=config.probe_timeout_seconds,
         max_probes=config.max_probes,
     )

@@ -312,11 +312,4 @@ def create_probes(ctx: PlanContext, decided: WorkerPlan) -> None:
         decided.regrow, decided.probes_to_create, ctx.name, ctx.now, suspended=ctx.spec.run_policy.suspend
     )
     ctx.draft.new_status.regrow = status
-    raised = [e for e in events if e.reason == regrow.REGROWN]
-    if raised and ctx.draft.record:
-        # Announced by the spec patch that raises replicas, like the decisions it records: a later write of
-        # the batch that fails (a ConfigMap's 409) cannot lose it, and the next plan raises nothing again.
-        record = ctx.draft.record[0]
-        ctx.draft.record[0] = replace(record, announce=(*record.announce, *raised))
-        events = [e for e in events if e.reason != regrow.REGROWN]
     ctx.draft.status_events.extend(events)
