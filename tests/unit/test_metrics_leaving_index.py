@@ -9,6 +9,8 @@ from mpijob.app.metrics import Metrics
 from mpijob.planner.actions import LEAVING, Patch, Tag
 from mpijob.runtime.cache import Cache
 
+from .builders import mpijob
+
 
 def _cache(*names: str) -> Cache:
     cache = Cache()
@@ -20,10 +22,6 @@ def _cache(*names: str) -> Cache:
     return cache
 
 
-def _job(name: str) -> dict[str, object]:
-    return {"metadata": {"name": name, "namespace": "ns", "generation": 1}, "spec": {}, "status": {}}
-
-
 def _leave(pod: str) -> Patch:
     annotations = {c.ANNOTATION_LEAVING_SINCE: "t", c.ANNOTATION_LEAVING_REASON: "scale-down"}
     return Patch("v1", "Pod", pod, {"metadata": {"annotations": annotations}}, tags=(Tag(LEAVING, "scale-down"),))
@@ -32,11 +30,11 @@ def _leave(pod: str) -> Patch:
 def test_leaving_workers_are_kept_by_job_and_forgotten_once_gone() -> None:
     m = Metrics()
     cache = _cache("a-worker-1", "b-worker-1")
-    m.applied(cache, _job("a"), [_leave("a-worker-1")])
-    m.applied(cache, _job("b"), [_leave("b-worker-1")])
+    m.applied(cache, mpijob("a", namespace="ns"), [_leave("a-worker-1")])
+    m.applied(cache, mpijob("b", namespace="ns"), [_leave("b-worker-1")])
     assert set(m.records.of(("ns", "a")).stamps.leaving) == {"a-worker-1"}
     assert set(m.records.of(("ns", "b")).stamps.leaving) == {"b-worker-1"}
     del cache.indexes["pods"][("ns", "a-worker-1")]
-    m.applied(cache, _job("a"), [])
+    m.applied(cache, mpijob("a", namespace="ns"), [])
     assert m.records.of(("ns", "a")).stamps.leaving == {}
     assert set(m.records.of(("ns", "b")).stamps.leaving) == {"b-worker-1"}, "another job's batch reads only its own"
