@@ -353,17 +353,17 @@ def test_a_job_created_suspended_is_left_alone_for_a_second_after_it_is_first_se
     # that client may send next (the reference's e2e suite resumes the job so) would meet a 409.
     job = mpijob(workers=2, run_policy={"suspend": True})
 
-    early = plan(replace(snap(job, now=at(0.3)), first_seen=NOW))
+    early = plan(replace(snap(job), seen_for=0.3))
     assert writes(early) == []
     assert requeue(early) == pytest.approx(0.7)
 
-    later = plan(replace(snap(job, now=at(SUSPENDED_SETTLE_SECONDS)), first_seen=NOW))
+    later = plan(replace(snap(job), seen_for=SUSPENDED_SETTLE_SECONDS))
     assert cond_true(_status(later), "Suspended")
     assert creates(later, "Job")[0]["spec"]["suspend"] is True
 
 
 def test_a_job_created_running_is_planned_the_moment_it_is_first_seen() -> None:
-    actions = plan(replace(snap(mpijob(workers=2)), first_seen=NOW))
+    actions = plan(replace(snap(mpijob(workers=2)), seen_for=0.0))
 
     assert created_names(actions, "Pod") == ["pi-worker-0", "pi-worker-1"]
 
@@ -373,7 +373,7 @@ def test_suspending_a_known_job_is_acted_on_the_moment_it_is_first_seen() -> Non
     # deletes the workers at once, since the job's status shows it was created before.
     job = mpijob(workers=2, status=running_status(), run_policy={"suspend": True})
 
-    actions = plan(replace(snap(job, [worker(job, 0), worker(job, 1)]), first_seen=NOW))
+    actions = plan(replace(snap(job, [worker(job, 0), worker(job, 1)]), seen_for=0.0))
 
     assert sorted(deleted_pods(actions)) == ["pi-worker-0", "pi-worker-1"]
 

@@ -157,9 +157,9 @@ def _settling(snapshot: Snapshot, spec: MPIJobSpec) -> float | None:
     creation"; a queueing controller) would meet a 409 if the write came first. Nothing waits on a suspended
     job's objects; resuming it (a spec change) ends the wait at once. The reference leaves the same window
     by being slower (docs/design.md, "A job created suspended waits a second")."""
-    if not spec.run_policy.suspend or snapshot.first_seen is None or snapshot.last_status.status.conditions:
+    if not spec.run_policy.suspend or snapshot.seen_for is None or snapshot.last_status.status.conditions:
         return None
-    left = SUSPENDED_SETTLE_SECONDS - (snapshot.now - snapshot.first_seen).total_seconds()
+    left = SUSPENDED_SETTLE_SECONDS - snapshot.seen_for
     return left if left > 0 else None
 
 

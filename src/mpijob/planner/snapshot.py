@@ -124,8 +124,9 @@ class Snapshot:
     # Set by the runtime while its spin guard holds the job back (what the repeated writes were waiting for):
     # the ReconcileStalled condition the runtime wrote stays; None clears it (job_status.stall_cleared).
     held_back: str | None = None
-    # When the runtime first saw the job (this run of the operator); None: long known (plan.py:_settling).
-    first_seen: datetime | None = None
+    # Seconds since the runtime first saw the job (this run of the operator, on its monotonic clock: the
+    # server clock `now` steps by up to a second); None: long known (plan.py:_settling).
+    seen_for: float | None = None
 
     @cached_property
     def workers(self) -> tuple[Obj, ...]:

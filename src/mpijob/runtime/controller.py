@@ -311,14 +311,12 @@ class Controller:
         created = {k: v for k, v in record.created.items() if v != recorded}
         record.created = {}
         for _ in range(CONFIRM_ROUNDS):
-            now = self.clock()
-            record.first_seen = record.first_seen or now
             snapshot = replace(
-                self.cache.snapshot(job, now, self.config),
+                self.cache.snapshot(job, self.clock(), self.config),
                 absence_checks=dict(checks),
                 created=dict(created),
                 held_back=held,
-                first_seen=record.first_seen,
+                seen_for=time.monotonic() - record.first_seen,
             )
             # A pass that takes hosts out of discovery plans only those writes; the deferred pass plans the
             # rest on fresh data (docs/design.md, "The order of work").

@@ -18,7 +18,6 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Protocol
 
 from mpijob.api.objects import Obj, is_terminating, meta, resource_version_number
@@ -105,8 +104,9 @@ class JobRecord:
     # Passes in a row that raised or were held back: the exponent of the backoff (runtime/workqueue.py).
     failures: int = 0
     stamps: Stamps = field(default_factory=Stamps)
-    # When its first pass began (Snapshot.first_seen: a job created suspended waits a moment, plan.py).
-    first_seen: datetime | None = None
+    # When the record was made, on the monotonic clock (Snapshot.seen_for: a job created suspended waits a
+    # moment, plan.py:_settling).
+    first_seen: float = field(default_factory=time.monotonic)
 
     def echo(self, rv: Any) -> bool:
         """Whether a job event carrying `rv` is the echo of our own write: a version we made, or one that
