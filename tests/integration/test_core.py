@@ -493,7 +493,7 @@ async def test_a_job_created_suspended_can_be_resumed_by_an_update_of_the_object
 ) -> None:
     # The reference's e2e suite ("suspended on creation"): create, list the pods, then Update with the object
     # the create returned, no retry. A status write of ours in between would make that Update a 409; ten
-    # trials back to back (before the fix, about a third met one).
+    # trials back to back (before the fix, one in five met one: docs/results.md).
     for trial in range(10):
         name = f"put-{trial}"
         job = await kube.create(mpijob(name, workers=1, run_policy={"suspend": True}))
