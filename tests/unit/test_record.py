@@ -4,6 +4,8 @@ call when the job is gone, and shared with nothing (the executor reports into th
 from __future__ import annotations
 
 import asyncio
+import copy
+import time
 
 from prometheus_client import CollectorRegistry
 
@@ -87,3 +89,32 @@ def test_failures_in_a_row_back_off_and_a_pass_that_works_starts_them_again() ->
 def test_the_executor_keeps_no_memory_of_jobs() -> None:
     executor = Executor(RecordingClient())  # type: ignore[arg-type]
     assert not any(isinstance(value, dict) for value in vars(executor).values())
+
+
+def test_a_job_deleted_and_created_again_under_its_name_unseen_starts_with_a_fresh_record() -> None:
+    controller, job, key = _controller()
+    controller.observed(BY_KIND["MPIJob"], "ADDED", job)
+    record = controller.records.get(key)
+    assert record is not None and record.uid == job["metadata"]["uid"]
+    _remembering(record)
+    record.first_seen -= 60.0
+    again = copy.deepcopy(job)
+    again["metadata"]["uid"], again["metadata"]["resourceVersion"] = "another-uid", "20"
+    # A relist delivers the new object as a change of the old one: no DELETED in between.
+    controller.observed(BY_KIND["MPIJob"], "MODIFIED", again)
+    fresh = controller.records.get(key)
+    assert fresh is not None and fresh is not record and fresh.uid == "another-uid"
+    assert fresh.failures == 0 and fresh.job_rv == 0 and fresh.pods is None and not fresh.created
+    assert time.monotonic() - fresh.first_seen < 5.0, "its settle wait counts from its own first sight"
+
+
+def test_a_change_of_the_same_job_keeps_its_record() -> None:
+    controller, job, key = _controller()
+    controller.observed(BY_KIND["MPIJob"], "ADDED", job)
+    record = controller.records.get(key)
+    assert record is not None
+    _remembering(record)
+    changed = copy.deepcopy(job)
+    changed["metadata"]["resourceVersion"] = "30"
+    controller.observed(BY_KIND["MPIJob"], "MODIFIED", changed)
+    assert controller.records.get(key) is record and record.failures == 3

@@ -157,6 +157,8 @@ class Controller:
         self.stats.events += 1
         key = ident(w, obj)
         old = self.cache.indexes[w.index].get(key)
+        if w.kind == "MPIJob" and type != "DELETED":
+            self.records.renew(key, meta(obj).get("uid"))
         if type == "DELETED":
             self.cache.remove(w.index, key, (obj.get("metadata") or {}).get("uid"))
             self.fingerprints.get(w.kind, {}).pop(key, None)

@@ -1,5 +1,6 @@
 """What the runtime remembers of each job between its passes: one `JobRecord` per job key, made on first sight
-(`Records.of`) and dropped in one call (`Records.forget`: the job gone from the cache).
+(`Records.renew`, afresh when the name is a new object's) and dropped in one call (`Records.forget`: the job gone
+from the cache).
 
 A record holds what the cache cannot show yet or at all: what the job's last passes wrote and expect to see
 (client-go's expectations, plus two hand-overs), its writes of the MPIJob in flight (the echo of our own
@@ -107,6 +108,9 @@ class JobRecord:
     # When the record was made, on the monotonic clock (Snapshot.seen_for: a job created suspended waits a
     # moment, plan.py:_settling).
     first_seen: float = field(default_factory=time.monotonic)
+    # The uid of the MPIJob this record is of (None until an event shows it): a job deleted and created again
+    # under its name is a new object with a fresh record (`Records.renew`).
+    uid: str | None = None
 
     def echo(self, rv: Any) -> bool:
         """Whether a job event carrying `rv` is the echo of our own write: a version we made, or one that
@@ -171,6 +175,19 @@ class Records:
         if record is None:
             record = self._by_key[key] = JobRecord()
         return record
+
+    def renew(self, key: Key, uid: str | None) -> None:
+        """The MPIJob under `key` is now the object with `uid`; its record is made here, on first sight. A
+        record of an earlier object with that name (deleted and created again while no watch ran: a relist
+        shows that as a change) is replaced, so nothing it remembered applies to the new job."""
+        record = self._by_key.get(key)
+        if record is None:
+            self._by_key[key] = JobRecord(uid=uid)
+        elif record.uid is None:
+            record.uid = uid
+        elif uid is not None and record.uid != uid:
+            log.info("%s/%s: a new MPIJob under this name (uid %s); its record starts afresh", *key, uid)
+            self._by_key[key] = JobRecord(uid=uid)
 
     def get(self, key: Key) -> JobRecord | None:
         """The job's record if it has one (a read that must not make one)."""
