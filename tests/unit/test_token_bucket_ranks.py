@@ -94,3 +94,41 @@ def test_no_budget_means_no_wait() -> None:
         await asyncio.wait_for(asyncio.gather(*(bucket.take(EVENT) for _ in range(1000))), 5)
 
     asyncio.run(main())
+
+
+def test_an_event_leaves_the_last_half_of_the_burst_to_the_work() -> None:
+    """A ramp of creates draws the budget down: the Event does not take the tokens the next creates need."""
+
+    async def main() -> tuple[bool, bool]:
+        bucket = TokenBucket(qps=0.001, burst=10)  # no refill to speak of
+        bucket.tokens = 5.0  # half the burst, and no more
+        event = asyncio.create_task(bucket.take(EVENT))
+        await asyncio.sleep(0.05)
+        waited = not event.done()
+        await asyncio.wait_for(bucket.take(WORK), 0.5)  # the work is served from what the Event left
+        event.cancel()
+        return waited, bucket.tokens < 4.5
+
+    assert asyncio.run(main()) == (True, True)
+
+
+def test_an_event_goes_once_the_budget_has_refilled_past_half_its_burst() -> None:
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        bucket = TokenBucket(qps=1000, burst=10)
+        bucket.tokens = 0.0
+        started = loop.time()
+        await asyncio.wait_for(bucket.take(EVENT), 1.0)
+        return loop.time() - started
+
+    assert asyncio.run(main()) >= 0.005  # 6 tokens at 1000 a second: not at the first token
+
+
+def test_an_event_that_waited_its_patience_takes_its_turn_without_the_reserve() -> None:
+    async def main() -> float:
+        bucket = TokenBucket(qps=0.001, burst=10, patience=0.1)
+        bucket.tokens = 3.0
+        await asyncio.wait_for(bucket.take(EVENT), 2.0)
+        return bucket.tokens
+
+    assert 1.9 < asyncio.run(main()) < 2.1

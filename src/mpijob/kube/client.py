@@ -8,7 +8,8 @@ Every request first takes a token (`TokenBucket`: `qps` a second, `burst` at onc
 rank first). Its bucket depends on its write class (`WriteClass`, `Client.bucket_for`):
 - NORMAL (reads and the work's writes): the operator's QPS and burst, one bucket for MPIJobs and one for
   the rest, like the reference operator's two clients; watches open in the second;
-- EVENT: the second bucket at rank 1, so an Event waits behind the NORMAL requests waiting there;
+- EVENT: the second bucket at rank 1, so an Event waits behind the NORMAL requests waiting there, and
+  while the work draws the budget below half its burst;
 - URGENT (`Plan.leave_discovery`'s writes): a bucket of its own, 10x the budget by default, so a spot
   notice's burst of discovery writes never queues behind that burst's statuses and Events.
 """
@@ -51,14 +52,19 @@ class WriteClass(enum.Enum):
 class TokenBucket:
     """Allows `burst` requests at once and `qps` per second on average. When requests wait for a token, the
     one of the lowest rank goes first (FIFO within a rank), so a request of a higher rank waits only while the
-    budget is spent."""
+    budget is spent. A request of rank >= 1 (an Event) also leaves the last half of the burst to rank 0: it
+    takes a token only while that reserve stays, so it does not spend a budget the work is drawing down (a
+    ramp of creates); after `patience` seconds of waiting it takes its turn without one."""
 
-    def __init__(self, qps: float, burst: int) -> None:
+    def __init__(self, qps: float, burst: int, patience: float = 30.0) -> None:
         self.qps = qps
         self.capacity = float(max(1, burst))
+        self.reserve = self.capacity / 2
+        self.patience = patience
         self.tokens = self.capacity
         self.stamp = time.monotonic()
-        self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []
+        # (rank, arrival, when rank >= 1 stops keeping the reserve, the waiter)
+        self._waiting: list[tuple[int, int, float, asyncio.Future[None]]] = []
         self._arrivals = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
 
@@ -67,16 +73,21 @@ class TokenBucket:
         self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.qps)
         self.stamp = now
 
+    def _needs(self, rank: int, patient_until: float) -> float:
+        """The tokens a request needs in the bucket to take one."""
+        return 1.0 if rank == 0 or self.stamp >= patient_until else min(self.capacity, 1.0 + self.reserve)
+
     async def take(self, rank: int = 0) -> None:
         if self.qps <= 0:
             return
         self._refill()
-        if not self._waiting and self.tokens >= 1:
+        patient_until = self.stamp + self.patience
+        if not self._waiting and self.tokens >= self._needs(rank, patient_until):
             self.tokens -= 1
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._waiting, (rank, next(self._arrivals), future))
-        self._arm()
+        heapq.heappush(self._waiting, (rank, next(self._arrivals), patient_until, future))
+        self._dispatch()  # it may be the new head, served now or with a shorter wait than the old head's
         try:
             await future
         except asyncio.CancelledError:
@@ -88,19 +99,27 @@ class TokenBucket:
 
     def _arm(self) -> None:
         if self._timer is None and self._waiting:
-            delay = max(0.0, (1 - self.tokens) / self.qps)
-            self._timer = asyncio.get_running_loop().call_later(delay, self._dispatch)
+            rank, _, patient_until, _ = self._waiting[0]
+            delay = (self._needs(rank, patient_until) - self.tokens) / self.qps
+            if rank:
+                delay = min(delay, patient_until - self.stamp)
+            self._timer = asyncio.get_running_loop().call_later(max(0.0, delay), self._dispatch)
 
     def _dispatch(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         self._refill()
-        while self._waiting and self.tokens >= 1:
-            _, _, future = heapq.heappop(self._waiting)
-            if not future.done():  # a cancelled waiter leaves its place
-                future.set_result(None)
-                self.tokens -= 1
+        while self._waiting:
+            rank, _, patient_until, future = self._waiting[0]
+            if future.done():  # a cancelled waiter leaves its place
+                heapq.heappop(self._waiting)
+                continue
+            if self.tokens < self._needs(rank, patient_until):
+                break
+            heapq.heappop(self._waiting)
+            future.set_result(None)
+            self.tokens -= 1
         self._arm()
 
 
