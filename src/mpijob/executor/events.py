@@ -7,8 +7,9 @@ front of the marks and deletes. Here each Event is its own task, in the EVENT cl
 the work's writes): it is posted at once when the budget has room, and after the creates, patches and deletes
 waiting at the same time when it has not; while the work keeps the budget below half its burst (a ramp of
 creates) it waits, up to 30 s (`TokenBucket`). client-go's broadcaster likewise posts Events outside the sync
-loop, from the same budget, but in turn with the work. One job's Events keep their order (each waits for the one before it). Past `limit`
-Events in flight, the caller waits for its Event, as before: memory stays bounded when the API server is slow.
+loop, from the same budget, but in turn with the work. One job's Events keep their order (each waits for the
+one before it). Past `limit` Events in flight, the caller waits for its Event, as before: memory stays bounded
+when the API server is slow.
 A post that meets a loaded API server (429, 5xx, a timeout, a dropped connection) is tried again with backoff,
 up to `tries` times (client-go's recorder tries 12 times, 10 s apart); the name is set here, as client-go
 does, so a retry of a post that did land meets 409 instead of making a second Event. What is dropped is
