@@ -113,22 +113,50 @@ def test_an_event_leaves_the_last_half_of_the_burst_to_the_work() -> None:
 
 
 def test_an_event_goes_once_the_budget_has_refilled_past_half_its_burst() -> None:
-    async def main() -> float:
-        loop = asyncio.get_running_loop()
-        bucket = TokenBucket(qps=1000, burst=10)
+    async def main() -> tuple[bool, bool]:
+        bucket = TokenBucket(qps=10, burst=10)  # 6 tokens needed: 0.6 s from an empty bucket
         bucket.tokens = 0.0
-        started = loop.time()
-        await asyncio.wait_for(bucket.take(EVENT), 1.0)
-        return loop.time() - started
+        event = asyncio.create_task(bucket.take(EVENT))
+        await asyncio.sleep(0.2)  # 2 tokens by now: enough for work, not for the Event
+        waiting = not event.done()
+        await asyncio.wait_for(event, 3.0)
+        return waiting, event.done()
 
-    assert asyncio.run(main()) >= 0.005  # 6 tokens at 1000 a second: not at the first token
+    assert asyncio.run(main()) == (True, True)
 
 
 def test_an_event_that_waited_its_patience_takes_its_turn_without_the_reserve() -> None:
-    async def main() -> float:
-        bucket = TokenBucket(qps=0.001, burst=10, patience=0.1)
-        bucket.tokens = 3.0
-        await asyncio.wait_for(bucket.take(EVENT), 2.0)
-        return bucket.tokens
+    async def main() -> tuple[bool, float]:
+        bucket = TokenBucket(qps=0.001, burst=10, patience=0.3)
+        bucket.tokens = 3.0  # below the reserve, and nothing refills it
+        event = asyncio.create_task(bucket.take(EVENT))
+        await asyncio.sleep(0.1)
+        waiting = not event.done()
+        await asyncio.wait_for(event, 3.0)
+        return waiting, bucket.tokens
 
-    assert 1.9 < asyncio.run(main()) < 2.1
+    waiting, left = asyncio.run(main())
+    assert waiting, "it kept the reserve while patient"
+    assert 1.9 < left < 2.1
+
+
+def test_an_impatient_event_on_a_spent_budget_waits_for_its_token_without_spinning() -> None:
+    """Past its patience an Event needs one token; while the work keeps the bucket below one, the bucket
+    wakes for the next token, not on every turn of the loop."""
+
+    async def main() -> int:
+        bucket = TokenBucket(qps=5, burst=10, patience=0.01)
+        bucket.tokens = 0.0
+        calls = 0
+        dispatch = bucket._dispatch
+
+        def counted() -> None:
+            nonlocal calls
+            calls += 1
+            dispatch()
+
+        bucket._dispatch = counted  # type: ignore[method-assign]
+        await asyncio.wait_for(bucket.take(EVENT), 3.0)  # one token at 5 QPS: ~0.2 s
+        return calls
+
+    assert asyncio.run(main()) < 10

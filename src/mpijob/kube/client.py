@@ -101,7 +101,7 @@ class TokenBucket:
         if self._timer is None and self._waiting:
             rank, _, patient_until, _ = self._waiting[0]
             delay = (self._needs(rank, patient_until) - self.tokens) / self.qps
-            if rank:
+            if rank and self.stamp < patient_until:  # (past it, the head waits for one token like the work)
                 delay = min(delay, patient_until - self.stamp)
             self._timer = asyncio.get_running_loop().call_later(max(0.0, delay), self._dispatch)
 
