@@ -209,9 +209,17 @@ async def operator_caught_up(kube: Kube, control: str) -> None:
     now, which the operator answers (Suspended=True) only after it has read every watch event before it (one
     watch, in order) and taken the earlier jobs' keys off its queue first. So a check made after it cannot
     pass just because the operator was slow (a stopped or lagging operator fails it here), though a reconcile
-    of an earlier job still running on another worker is not waited for. Cheap: a suspended job has no pod."""
+    of an earlier job still running on another worker is not waited for. Cheap: a suspended job has no pod.
+    Events are posted off the reconcile path, and wait while the budget is below half its burst (after a
+    restart's lists, for one), in arrival order among themselves: so it also waits for the control's own
+    Event, after which the Events of the passes before it are posted too."""
     await kube.create(mpijob(control, workers=1, run_policy={"suspend": True}))
     await eventually(lambda: job_has(kube, control, "Suspended"), within=60, what=f"{control} Suspended=True")
+
+    async def announced() -> bool:
+        return bool(await kube.events(control))
+
+    await eventually(announced, within=60, what=f"{control}'s Event posted")
 
 
 async def job_has(kube: Kube, job: str, kind: str) -> bool:
